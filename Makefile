@@ -1,0 +1,30 @@
+# jobtap: `make demo` runs the whole thing on one machine; `make test` runs the test suite.
+# Both set up what they need first (system packages on Debian, .venv with jobtap).
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup test demo lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml deploy/setup-dev.sh
+	sh deploy/setup-dev.sh
+	touch $@
+
+test: setup
+	$(BIN)/ruff check collector workers sdk tests bench
+	$(BIN)/pytest
+
+demo: setup
+	$(BIN)/jobtap demo
+
+lint: setup
+	$(BIN)/ruff check collector workers sdk tests bench
+	$(BIN)/ruff format --check collector workers sdk tests bench
+
+bench: setup
+	$(BIN)/python -m bench.cycle --jobs 100000
+	$(BIN)/python -m bench.apply
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,150 @@
+"""The normalised record: the same fields for every job, node and queue, whatever
+the scheduler.  Writers encode records into Redis hashes with :func:`to_hash`;
+readers decode them with :func:`from_hash`.  Hash values are plain strings so
+that ``redis-cli HGETALL`` shows readable data: integers as decimal, lists and
+dicts as JSON, a missing value as the empty string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+# Job states ---------------------------------------------------------------------
+QUEUED = "queued"
+HELD = "held"
+WAITING = "waiting"
+RUNNING = "running"
+SUSPENDED = "suspended"
+EXITING = "exiting"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+UNKNOWN = "unknown"
+
+ACTIVE_STATES = frozenset({QUEUED, HELD, WAITING, RUNNING, SUSPENDED, EXITING, UNKNOWN})
+TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED})
+JOB_STATES = ACTIVE_STATES | TERMINAL
+
+# Node states --------------------------------------------------------------------
+NODE_FREE = "free"
+NODE_BUSY = "busy"
+NODE_DOWN = "down"
+NODE_OFFLINE = "offline"
+NODE_DRAIN = "drain"
+NODE_STATES = frozenset({NODE_FREE, NODE_BUSY, NODE_DOWN, NODE_OFFLINE, NODE_DRAIN, UNKNOWN})
+BAD_NODE_STATES = frozenset({NODE_DOWN, NODE_OFFLINE, NODE_DRAIN})
+
+# Object kinds -------------------------------------------------------------------
+JOB = "job"
+NODE = "node"
+QUEUE = "queue"
+KINDS = (JOB, NODE, QUEUE)
+
+# Fields -------------------------------------------------------------------------
+JOB_FIELDS: tuple[str, ...] = (
+    "id",
+    "site",
+    "scheduler",
+    "user",
+    "group",
+    "account",
+    "name",
+    "queue",
+    "state",
+    "native_state",
+    "reason",
+    "comment",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "exit_status",
+    "requested",
+    "allocated",
+    "resources_used",
+    "array_parent",
+    "array_index",
+    "priority",
+    "version",
+    "updated_at",
+    "native",
+)
+NODE_FIELDS: tuple[str, ...] = (
+    "id",
+    "site",
+    "scheduler",
+    "state",
+    "native_state",
+    "reason",
+    "jobs",
+    "resources",
+    "version",
+    "updated_at",
+    "native",
+)
+QUEUE_FIELDS: tuple[str, ...] = (
+    "id",
+    "site",
+    "scheduler",
+    "state",
+    "native_state",
+    "counts",
+    "resources",
+    "version",
+    "updated_at",
+    "native",
+)
+FIELDS = {JOB: JOB_FIELDS, NODE: NODE_FIELDS, QUEUE: QUEUE_FIELDS}
+
+INT_FIELDS = frozenset({"exit_status", "array_index", "priority", "version", "cycle", "final"})
+JSON_FIELDS = frozenset(
+    {"requested", "allocated", "resources_used", "native", "jobs", "resources", "counts"}
+)
+# Fields that the store maintains itself: a change in them alone is not a change
+# of the record (no version bump, no event).  ``cycle`` is the collector cycle
+# that last wrote the object (for ordering); ``final`` is 1 once a job's final
+# event went out (nothing follows it).
+BOOKKEEPING = frozenset({"version", "updated_at", "cycle", "final"})
+
+
+def encode_value(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if name in JSON_FIELDS:
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def to_hash(record: Mapping[str, Any]) -> dict[str, str]:
+    """Encode a record for HSET: every value becomes a string."""
+    return {name: encode_value(name, value) for name, value in record.items()}
+
+
+def decode_value(name: str, raw: str | bytes) -> Any:
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    if raw == "":
+        return None
+    if name in JSON_FIELDS:
+        return orjson.loads(raw)
+    if name in INT_FIELDS:
+        try:
+            return int(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def from_hash(raw: Mapping[str | bytes, str | bytes]) -> dict[str, Any]:
+    """Decode an HGETALL reply into a record (the inverse of :func:`to_hash`)."""
+    out = {}
+    for name, value in raw.items():
+        key = name.decode() if isinstance(name, bytes) else name
+        out[key] = decode_value(key, value)
+    return out
+
+
+def is_terminal(state: str | None) -> bool:
+    return state in TERMINAL
