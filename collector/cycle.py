@@ -1,0 +1,322 @@
+"""One collector cycle, as separate steps so that a targeted refresh can reuse them:
+
+    stat -> fingerprint -> compare with what was shipped -> normalise the changed
+    -> look up the vanished in history -> ship -> remember
+
+A cycle either ships everything it found or changes nothing: the tracker is
+updated only after the chunks are enqueued, so a failure at any step leaves the
+next cycle to find the same changes again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from sdk.keys import SiteKeys
+from sdk.schema import JOB, NODE, QUEUE, TERMINAL
+
+from .backends.base import Backend, BadRecord, Native, Record, StatError, check_object_id
+from .fingerprint import fingerprint, fingerprint_all
+from .ship import STATE, UPDATE, Shipper
+from .tracker import Seen, Tracker
+
+log = logging.getLogger("jobtap.collector")
+
+MAX_BAD_REPORTED = 20
+
+
+class CycleFailed(Exception):
+    """The cycle changed nothing; the message says why (one line)."""
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class CycleReport:
+    cycle: int
+    observed_at: str
+    timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    bad: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        return sum(self.timings.values())
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + n
+
+
+class _Stopwatch:
+    def __init__(self, report: CycleReport, stage: str):
+        self.report, self.stage = report, stage
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        t = self.report.timings
+        t[self.stage] = t.get(self.stage, 0.0) + time.perf_counter() - self.t0
+
+
+# Pure steps --------------------------------------------------------------------
+def compare(seen: dict[str, Seen], fps: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Ids whose fingerprint differs from the shipped one, and ids that vanished."""
+    changed = [
+        oid for oid, fp in fps.items() if (s := seen.get(oid)) is None or s.fingerprint != fp
+    ]
+    vanished = [oid for oid in seen if oid not in fps]
+    return changed, vanished
+
+
+def normalise_many(
+    normalise: Callable[[str, Native], Record],
+    natives: dict[str, Native],
+    ids: Iterable[str],
+    site: str,
+    report: CycleReport,
+    what: str = "job",
+) -> dict[str, Record]:
+    """Normalise ``ids``; bad records are reported one by one and skipped."""
+    out: dict[str, Record] = {}
+    for oid in ids:
+        try:
+            check_object_id(oid, f"{what} id")
+            record = normalise(oid, natives[oid])
+        except BadRecord as exc:
+            report.add("bad")
+            if len(report.bad) < MAX_BAD_REPORTED:
+                report.bad.append(f"{what} {oid!r:.80}: {exc}")
+            continue
+        except Exception as exc:  # a normaliser bug must not sink the whole cycle
+            report.add("bad")
+            if len(report.bad) < MAX_BAD_REPORTED:
+                report.bad.append(f"{what} {oid!r:.80}: unexpected {type(exc).__name__}: {exc}")
+            log.exception("normalising %s %r failed", what, oid)
+            continue
+        record["site"] = site
+        out[oid] = record
+    return out
+
+
+def upsert(oid: str, fp: str, record: Record, live: bool = True) -> dict[str, Any]:
+    item = {"op": "upsert", "id": oid, "fp": fp, "state": record.get("state"), "record": record}
+    if not live:
+        item["live"] = False
+    return item
+
+
+# The collector -----------------------------------------------------------------
+class Collector:
+    """Stats one site's scheduler and ships what changed.
+
+    ``shrink_ratio``: a live list that lost more than this fraction of its active
+    jobs since the last cycle (or is suddenly empty) is believed only for the
+    jobs that history confirms as finished; the others stay as they were.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        data_redis: redis.Redis,
+        queue_redis: redis.Redis | None = None,
+        *,
+        site: str,
+        nodes_every: int = 6,
+        chunk_size: int = 500,
+        shrink_ratio: float = 0.5,
+    ):
+        self.backend = backend
+        self.redis = data_redis
+        self.keys = SiteKeys(site)
+        self.site = site
+        self.shipper = Shipper(queue_redis or data_redis, self.keys, chunk_size=chunk_size)
+        self.nodes_every = max(1, nodes_every)
+        self.shrink_ratio = shrink_ratio
+        self.tracker: Tracker | None = None
+        self.cycles_run = 0
+        self.last_cycle = 0
+
+    # -- state ------------------------------------------------------------------
+    def load(self) -> Tracker:
+        self.tracker = Tracker.load(self.redis, self.keys)
+        log.info(
+            "loaded %d jobs, %d nodes, %d queues from %s",
+            self.tracker.count(JOB),
+            self.tracker.count(NODE),
+            self.tracker.count(QUEUE),
+            self.keys.fingerprints,
+        )
+        return self.tracker
+
+    def next_cycle(self) -> int:
+        """The next cycle number: persisted in ``meta``, monotonic even if Redis
+        lost it (chunks of older cycles may still sit in a separate queue Redis)."""
+        cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
+        if cycle <= self.last_cycle:
+            cycle = self.last_cycle + 1
+            self.redis.hset(self.keys.meta, "cycle", cycle)
+        self.last_cycle = cycle
+        return cycle
+
+    # -- one cycle ----------------------------------------------------------------
+    def run_cycle(self, *, with_nodes: bool | None = None) -> CycleReport:
+        """Run one cycle; raise :class:`CycleFailed` if it changed nothing."""
+        if self.tracker is None:
+            self.load()
+        assert self.tracker is not None
+        if with_nodes is None:
+            with_nodes = self.cycles_run % self.nodes_every == 0
+        try:
+            cycle = self.next_cycle()
+        except redis.RedisError as exc:
+            raise CycleFailed(f"redis: {exc}") from exc
+        report = CycleReport(cycle=cycle, observed_at=utc_now_iso())
+        batches: dict[tuple[str, str], list[dict]] = {}
+        commit: list[Callable[[], None]] = []
+        forget: list[str] = []
+
+        try:
+            self._jobs(report, batches, commit, forget)
+        except StatError as exc:
+            raise CycleFailed(str(exc)) from exc
+        if with_nodes:
+            for kind, stat, normalise in (
+                (NODE, self.backend.stat_nodes, self.backend.normalise_node),
+                (QUEUE, self.backend.stat_queues, self.backend.normalise_queue),
+            ):
+                try:
+                    self._others(kind, stat, normalise, report, batches, commit)
+                except StatError as exc:  # jobs still go through; nodes wait for next time
+                    report.warnings.append(f"{kind} stat failed: {exc}")
+
+        with _Stopwatch(report, "ship"):
+            try:
+                pipe = self.shipper.redis.pipeline(transaction=False)
+                report.counts["chunks"] = self.shipper.ship(
+                    cycle, report.observed_at, batches, pipeline=pipe
+                )
+                if forget and self.shipper.redis is self.redis:
+                    pipe.hdel(self.keys.fingerprints, *forget)
+                    forget = []
+                pipe.execute()
+                if forget:
+                    self.redis.hdel(self.keys.fingerprints, *forget)
+            except redis.RedisError as exc:
+                raise CycleFailed(f"redis: {exc}") from exc
+        for step in commit:
+            step()
+        self.cycles_run += 1
+        return report
+
+    def _jobs(self, report, batches, commit, forget) -> None:
+        backend, seen = self.backend, self.tracker.of(JOB)  # type: ignore[union-attr]
+        with _Stopwatch(report, "stat"):
+            natives = backend.stat_jobs()
+        with _Stopwatch(report, "fingerprint"):
+            fps = fingerprint_all(natives)
+            changed, vanished = compare(seen, fps)
+        report.counts.update(jobs=len(natives), changed=len(changed), vanished=len(vanished))
+        with _Stopwatch(report, "normalise"):
+            records = normalise_many(backend.normalise_job, natives, changed, self.site, report)
+
+        state_items, update_items, new_seen = [], [], {}
+        for oid in changed:
+            fp = fps[oid]
+            record = records.get(oid)
+            old = seen.get(oid)
+            if record is None:  # bad record: remember it so it is reported once
+                new_seen[oid] = Seen(fp, old.state if old else "")
+                continue
+            state = record.get("state") or ""
+            new_seen[oid] = Seen(fp, state)
+            important = old is None or old.state != state or state in TERMINAL
+            (state_items if important else update_items).append(upsert(oid, fp, record))
+            report.add("new" if old is None else "state" if old.state != state else "update")
+
+        # Vanished jobs: the terminal ones were finalised while live; look up the rest.
+        gone_done = [oid for oid in vanished if seen[oid].state in TERMINAL]
+        active = [oid for oid in vanished if seen[oid].state not in TERMINAL]
+        forget.extend(f"{JOB}:{oid}" for oid in gone_done)
+        drop = list(gone_done)
+        if active:
+            prev_active = sum(1 for s in seen.values() if s.state not in TERMINAL)
+            suspicious = len(active) > 1 and (
+                not natives or len(active) > self.shrink_ratio * prev_active
+            )
+            with _Stopwatch(report, "history"):
+                found = backend.history(active)
+            history = normalise_many(backend.normalise_job, found, list(found), self.site, report)
+            kept = 0
+            for oid in active:
+                record = history.get(oid)
+                if record is not None and record.get("state") in TERMINAL:
+                    state_items.append(upsert(oid, fingerprint(found[oid]), record, live=False))
+                    report.add("finalised")
+                    drop.append(oid)
+                elif record is None and not suspicious and oid not in found:
+                    state_items.append({"op": "vanished", "id": oid})
+                    report.add("finalised")
+                    report.add("vanished_no_history")
+                    drop.append(oid)
+                else:  # history says it is alive, or the list is not to be believed
+                    kept += 1
+            if kept:
+                report.add("kept", kept)
+                if suspicious:
+                    report.warnings.append(
+                        f"live list shrank from {prev_active} to {len(natives)} active jobs:"
+                        f" {kept} jobs not confirmed by history stay as they were"
+                    )
+
+        if state_items:
+            batches[(STATE, JOB)] = state_items
+        if update_items:
+            batches[(UPDATE, JOB)] = update_items
+
+        def remember() -> None:
+            seen.update(new_seen)
+            for oid in drop:
+                seen.pop(oid, None)
+
+        commit.append(remember)
+
+    def _others(self, kind, stat, normalise, report, batches, commit) -> None:
+        seen = self.tracker.of(kind)  # type: ignore[union-attr]
+        with _Stopwatch(report, f"stat_{kind}s"):
+            natives = stat()
+        if not natives and seen:
+            report.warnings.append(f"{kind} list is empty: ignored (had {len(seen)})")
+            return
+        fps = fingerprint_all(natives)
+        changed, vanished = compare(seen, fps)
+        records = normalise_many(normalise, natives, changed, self.site, report, kind)
+        items, new_seen = [], {}
+        for oid in changed:
+            record = records.get(oid)
+            state = (record or {}).get("state") or ""
+            new_seen[oid] = Seen(fps[oid], state)
+            if record is not None:
+                items.append(upsert(oid, fps[oid], record))
+        items.extend({"op": "remove", "id": oid} for oid in vanished)
+        report.counts[f"{kind}s"] = len(natives)
+        report.counts[f"{kind}s_changed"] = len(items)
+        if items:
+            batches[(STATE, kind)] = items
+
+        def remember() -> None:
+            seen.update(new_seen)
+            for oid in vanished:
+                seen.pop(oid, None)
+
+        commit.append(remember)
