@@ -133,7 +133,7 @@ class Collector:
         *,
         site: str,
         nodes_every: int = 6,
-        chunk_size: int = 500,
+        chunk_size: int = 1000,
         shrink_ratio: float = 0.5,
     ):
         self.backend = backend

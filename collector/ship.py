@@ -59,7 +59,7 @@ class Shipper:
         queue_redis: redis.Redis,
         keys: SiteKeys,
         *,
-        chunk_size: int = 500,
+        chunk_size: int = 1000,
         job_timeout: int = 300,
         failure_ttl: int = 7 * 86400,
         retries: int = 3,

@@ -149,7 +149,8 @@ def test_conflicting_writer_is_detected_and_retried(r):
     a = Applier(r)
     a.apply(chunk(1, [up(job())]))
     # A plan computed against version 1 ...
-    plan = a._plan(K, "job", chunk(2, [up(job(comment="x"))]))
+    c2 = chunk(2, [up(job(comment="x"))])
+    plan = a._plan(K, c2, a._read(K, c2))
     # ... while another worker applies cycle 3 first.
     a.apply(chunk(3, [up(job(comment="y"))]))
     reply = a._run(K, chunk(2, []), plan)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,16 @@ import redis
 
 from sdk.events import FINAL, NEW, REMOVED, STATE, UPDATE, event_id, object_key
 from sdk.keys import SiteKeys
-from sdk.schema import BOOKKEEPING, JOB, NODE, TERMINAL, UNKNOWN, decode_value, to_hash
+from sdk.schema import (
+    BOOKKEEPING,
+    JOB,
+    NODE,
+    TERMINAL,
+    UNKNOWN,
+    decode_value,
+    from_hash,
+    to_hash,
+)
 
 log = logging.getLogger("jobtap.workers")
 
@@ -41,6 +51,7 @@ class Settings:
     user_maxlen: int = 10_000  # events kept in each user's stream
     max_age: int = 7 * 86400  # events older than this are trimmed (seconds; 0: never)
     max_attempts: int = 20
+    batch: int = 100  # objects written by one atomic script call
 
 
 class ApplyConflict(RuntimeError):
@@ -67,40 +78,79 @@ def apply_chunk(payload: bytes) -> dict[str, int]:
     return Applier(r, _config["settings"]).apply(orjson.loads(payload))
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class Applier:
     def __init__(self, r: redis.Redis, settings: Settings | None = None):
         self.redis = r
         self.settings = settings or Settings()
         self.script = r.register_script(_SCRIPT)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="jobtap-apply")
+        # Reads go through a twin client that decodes replies in hiredis (C).
+        self.reader = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                **{**r.connection_pool.connection_kwargs, "decode_responses": True}
+            )
+        )
 
     def apply(self, chunk: dict[str, Any]) -> dict[str, int]:
+        """Apply a chunk as a series of atomic batches of ``settings.batch`` objects.
+
+        The stored records of the whole chunk are read in one pipeline first.
+        Then, while Redis runs the script of one batch (the client waits on its
+        socket, without the GIL), this thread diffs the next one: on two cores
+        most of Redis' work overlaps ours.  Each batch re-checks the versions it
+        read and is written atomically; a batch that lost a race is read again
+        and redone.  A chunk cut short by a crash is finished by its retry (the
+        applied batches are then skipped by the cycle check).
+        """
         keys = SiteKeys(chunk["site"])
-        kind = chunk["kind"]
+        reads = self._read(keys, chunk)
+        size = self.settings.batch
+        totals = {"events": 0, "skipped": 0}
+        pending: tuple[Future, dict[str, Any]] | None = None
+        for i in range(0, len(reads), size):
+            part = dict(chunk, items=[it for it, _, _, _ in reads[i : i + size]])
+            plan = self._plan(keys, chunk, reads[i : i + size])
+            if pending is not None:
+                self._finish(keys, *pending, totals)
+            pending = (self._submit(keys, part, plan), part)
+        if pending is not None:
+            self._finish(keys, *pending, totals)
+        return totals
+
+    def _submit(self, keys: SiteKeys, part: dict[str, Any], plan: _Plan) -> Future:
+        if not plan.items:
+            done: Future = Future()
+            done.set_result((["ok", 0], plan.skipped))
+            return done
+        return self.pool.submit(lambda: (self._run(keys, part, plan), plan.skipped))
+
+    def _finish(self, keys, future: Future, part, totals: dict[str, int]) -> None:
+        reply, skipped = future.result()
         for _ in range(self.settings.max_attempts):
-            plan = self._plan(keys, kind, chunk)
+            if reply[0] in (b"ok", "ok"):
+                totals["events"] += int(reply[1])
+                totals["skipped"] += skipped
+                return
+            time.sleep(0.001)  # another worker wrote one of these objects: read again
+            plan = self._plan(keys, part, self._read(keys, part))
             if not plan.items:
-                return {"events": 0, "skipped": plan.skipped}
-            reply = self._run(keys, chunk, plan)
-            if _s(reply[0]) == "ok":
-                return {"events": int(reply[1]), "skipped": plan.skipped}
-            time.sleep(0.001)  # another worker wrote one of our objects: read again
-        raise ApplyConflict(f"gave up on a {kind} chunk of cycle {chunk['cycle']} of {keys.site}")
+                totals["skipped"] += plan.skipped
+                return
+            reply, skipped = self._run(keys, part, plan), plan.skipped
+        raise ApplyConflict(f"gave up on a {part['kind']} batch of cycle {part['cycle']}")
 
     # -- reading and diffing -------------------------------------------------------
-    def _plan(self, keys: SiteKeys, kind: str, chunk: dict[str, Any]) -> _Plan:
-        items = chunk["items"]
+    def _read(self, keys: SiteKeys, chunk: dict[str, Any]) -> list[tuple]:
+        """``(item, user, key, stored record)`` for every item of ``chunk``;
+        key is None for a vanished job that was never stored."""
+        items, kind = chunk["items"], chunk["kind"]
         users: list[str | None] = []
         if kind == JOB:
             need = [it["id"] for it in items if it["op"] == "vanished"]
-            owners = dict(zip(need, self.redis.hmget(keys.owner, need))) if need else {}
+            owners = dict(zip(need, self.reader.hmget(keys.owner, need))) if need else {}
             for it in items:
                 if it["op"] == "vanished":
-                    u = owners.get(it["id"])
-                    users.append(_s(u) if u is not None else None)
+                    users.append(owners.get(it["id"]))
                 else:
                     users.append(it["record"].get("user"))
         else:
@@ -113,21 +163,26 @@ class Applier:
                 object_keys.append(keys.job(user, it["id"]))
             else:
                 object_keys.append(None)
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.reader.pipeline(transaction=False)
         for k in object_keys:
             if k is not None:
                 pipe.hgetall(k)
         replies = iter(pipe.execute())
+        return [
+            (it, user, okey, next(replies) if okey is not None else None)
+            for it, user, okey in zip(items, users, object_keys)
+        ]
+
+    def _plan(self, keys: SiteKeys, chunk: dict[str, Any], reads: list[tuple]) -> _Plan:
         plan = _Plan()
-        for it, user, okey in zip(items, users, object_keys):
+        for it, user, okey, stored in reads:
             if okey is None:  # a vanished job we never stored: nothing to finalise
                 plan.skipped += 1
                 continue
-            stored = {_s(k): _s(v) for k, v in next(replies).items()}
-            self._diff(plan, keys, kind, chunk, it, user, okey, stored)
+            self._diff(plan, keys, chunk["kind"], chunk, it, user, okey, stored)
         return plan
 
-    def _diff(self, plan, keys, kind, chunk, it, user, okey, stored) -> None:
+    def _diff(self, plan, keys, kind, chunk, it, user, okey, stored: dict[str, str]) -> None:
         cycle, oid, op = int(chunk["cycle"]), it["id"], it["op"]
         fp_field = object_key(kind, oid)
         live = it.get("live", True)
@@ -137,39 +192,23 @@ class Applier:
         if op == "remove" and not stored:
             plan.skipped += 1
             return
+        index = self._index(keys, kind)
         if op == "upsert":
-            new = to_hash(it["record"])
-        elif op == "vanished":
-            new = dict(stored)
-            new.update(state=UNKNOWN, reason="vanished", end_time=chunk["observed_at"])
-        else:  # remove
-            new = dict(stored)
-        for f in BOOKKEEPING:
-            new.pop(f, None)
-        changes = _changes(stored, new) if op != "remove" else {}
+            record = dict(it["record"])
+            new = to_hash(record)
+        else:  # vanished or remove: start from the stored record
+            new = {f: v for f, v in stored.items() if f not in BOOKKEEPING}
+            if op == "vanished":
+                new.update(state=UNKNOWN, reason="vanished", end_time=chunk["observed_at"])
+            record = from_hash(new)
+        changes = _changes(stored, new, record) if op != "remove" else {}
         expected = stored.get("version", "")
         if stored and not changes and op != "remove":
             # Same record (e.g. a restarted collector re-shipping): note the cycle only.
             fp_value = f"{it.get('fp', '')} {new.get('state', '')}" if live else ""
-            plan.add(
-                _Item(
-                    "touch",
-                    expected,
-                    oid,
-                    "",
-                    "",
-                    "",
-                    "",
-                    b"",
-                    fp_field,
-                    fp_value,
-                    "0",
-                    {"cycle": str(cycle)},
-                    okey,
-                    self._index(keys, kind),
-                    keys.events,
-                )
-            )
+            fields = {"cycle": str(cycle)}
+            plan.add(_Item("touch", expected, oid, "", "", "", "", b"", fp_field, fp_value,
+                           "0", fields, okey, index, keys.events))  # fmt: skip
             return
         version = int(expected or 0) + 1
         state = new.get("state", "")
@@ -184,12 +223,20 @@ class Applier:
             etype = STATE
         else:
             etype = UPDATE
-        new["version"] = str(version)
-        new["updated_at"] = chunk["observed_at"]
-        new["cycle"] = str(cycle)
-        if final:
-            new["final"] = "1"
-        record = {f: decode_value(f, v) for f, v in new.items() if f not in ("cycle", "final")}
+        # Write only what changed (a new object: everything) plus the bookkeeping.
+        if stored and op != "remove":
+            native_changed = any(k.startswith("native") for k in changes)
+            fields = {f: new[f] for f in new if f in changes or (f == "native" and native_changed)}
+        else:
+            fields = new if op != "remove" else {}
+        if op != "remove":
+            fields["version"] = str(version)
+            fields["updated_at"] = chunk["observed_at"]
+            fields["cycle"] = str(cycle)
+            if final:
+                fields["final"] = "1"
+        record["version"] = version
+        record["updated_at"] = chunk["observed_at"]
         eid = event_id(keys.site, kind, oid, version)
         event = {
             "id": eid,
@@ -207,27 +254,11 @@ class Applier:
             channel, index = keys.user_channel(user), keys.user_jobs(user)
             stream = keys.user_events(user)
         else:
-            channel, index, stream = keys.nodes_channel, self._index(keys, kind), keys.events
+            channel, stream = keys.nodes_channel, keys.events
         fp_value = f"{it.get('fp', '')} {state}" if (live and op == "upsert") else ""
-        plan.add(
-            _Item(
-                "remove" if op == "remove" else "apply",
-                expected,
-                oid,
-                user or "",
-                channel,
-                eid,
-                etype,
-                orjson.dumps(event),
-                fp_field,
-                fp_value,
-                "1" if final else "0",
-                new if op != "remove" else {},
-                okey,
-                index,
-                stream,
-            )
-        )
+        plan.add(_Item("remove" if op == "remove" else "apply", expected, oid, user or "", channel,
+                       eid, etype, orjson.dumps(event), fp_field, fp_value, "1" if final else "0",
+                       fields, okey, index, stream))  # fmt: skip
 
     @staticmethod
     def _index(keys: SiteKeys, kind: str) -> str:
@@ -298,8 +329,8 @@ class _Plan:
         self.items.append(item)
 
 
-def _changes(stored: dict[str, str], new: dict[str, str]) -> dict[str, list[Any]]:
-    """Attribute-level diff of two encoded records: ``{attr: [old, new]}``.
+def _changes(stored: dict[str, str], new: dict[str, str], record: dict[str, Any]) -> dict:
+    """Attribute-level diff: ``{attr: [old, new]}``, comparing encoded values.
 
     ``native`` is compared key by key (``native.substate``), so that a change
     the normaliser does not surface is still named.
@@ -311,13 +342,15 @@ def _changes(stored: dict[str, str], new: dict[str, str]) -> dict[str, list[Any]
             continue
         if f == "native":
             a = orjson.loads(old) if old else {}
-            b = orjson.loads(value) if value else {}
+            b = record.get("native") or {}
             if not isinstance(a, dict) or not isinstance(b, dict):
                 out[f] = [a, b]
                 continue
             for k in b.keys() | a.keys():
                 if a.get(k) != b.get(k):
                     out[f"native.{k}"] = [a.get(k), b.get(k)]
+            if not any(k.startswith("native.") for k in out):  # same content, other order
+                out["native"] = [a, b]
         else:
-            out[f] = [decode_value(f, old), decode_value(f, value)]
+            out[f] = [decode_value(f, old), record.get(f)]
     return out
