@@ -21,6 +21,7 @@ import uuid
 
 import redis
 from rq import Queue, SimpleWorker
+from rq.executions import Execution
 
 from sdk.keys import SiteKeys
 
@@ -58,18 +59,26 @@ def worker_alive(conn: redis.Redis, name: str | None) -> bool:
 
 
 def requeue_abandoned(queue: Queue) -> int:
-    """Put back on ``queue`` the chunks whose worker has died; return how many."""
+    """Put back on ``queue`` the chunks whose worker has died; return how many.
+
+    The worker of a chunk is read from rq's execution record, which exists from
+    the moment the chunk is taken (the job's own ``worker_name`` comes a little
+    later)."""
     registry = queue.started_job_registry
     count = 0
-    for job_id in registry.get_job_ids(cleanup=False):
+    for job_id, execution_id in registry.get_job_and_execution_ids(cleanup=False):
+        try:
+            execution = Execution.fetch(execution_id, job_id, queue.connection)
+        except Exception:  # expired between the two reads
+            continue
+        if worker_alive(queue.connection, execution.worker_name):
+            continue
         job = queue.fetch_job(job_id)
+        registry.connection.zrem(registry.key, execution.composite_key)
         if job is None:
             continue
-        if worker_alive(queue.connection, job.worker_name):
-            continue
-        registry.remove_executions(job)
         queue.enqueue_job(job, at_front=True)
-        log.warning("handed back chunk %s of dead worker %s", job.id, job.worker_name)
+        log.warning("handed back chunk %s of dead worker %s", job.id, execution.worker_name)
         count += 1
     return count
 
