@@ -26,6 +26,7 @@ from sdk.schema import JOB, NODE, QUEUE, TERMINAL
 
 from .backends.base import Backend, BadRecord, Native, Record, StatError, check_object_id
 from .fingerprint import fingerprint, fingerprint_all
+from .nodewatch import ON_NODES, NodeWatch
 from .ship import STATE, UPDATE, Shipper
 from .tracker import Seen, Tracker
 
@@ -160,12 +161,16 @@ class Collector:
         self.nodes_every = max(1, nodes_every)
         self.shrink_ratio = shrink_ratio
         self.tracker: Tracker | None = None
+        self.nodewatch = NodeWatch()
+        self.job_nodes_known = self.node_states_known = False
         self.cycles_run = 0
         self.last_cycle = 0
 
     # -- state ------------------------------------------------------------------
     def load(self) -> Tracker:
         self.tracker = Tracker.load(self.redis, self.keys)
+        self.nodewatch = NodeWatch()
+        self.job_nodes_known = self.node_states_known = False
         log.info(
             "loaded %d jobs, %d nodes, %d queues from %s",
             self.tracker.count(JOB),
@@ -202,19 +207,28 @@ class Collector:
         commit: list[Callable[[], None]] = []
         forget: list[str] = []
 
-        try:
-            self._jobs(report, batches, commit, forget)
-        except StatError as exc:
-            raise CycleFailed(str(exc)) from exc
-        if with_nodes:
+        bad, delta = self.nodewatch.bad, set()
+        if with_nodes:  # nodes first: a node that just went bad changes its jobs' reason
             for kind, stat, normalise in (
                 (NODE, self.backend.stat_nodes, self.backend.normalise_node),
                 (QUEUE, self.backend.stat_queues, self.backend.normalise_queue),
             ):
                 try:
-                    self._others(kind, stat, normalise, report, batches, commit)
+                    done = self._others(kind, stat, normalise, report, batches, commit)
                 except StatError as exc:  # jobs still go through; nodes wait for next time
                     report.warnings.append(f"{kind} stat failed: {exc}")
+                    continue
+                if kind == NODE and done is not None:
+                    bad, delta = self.nodewatch.plan(*done)
+        try:
+            self._jobs(report, batches, commit, forget, bad, delta)
+        except StatError as exc:
+            raise CycleFailed(str(exc)) from exc
+
+        def keep_bad(bad=bad) -> None:
+            self.nodewatch.bad = bad
+
+        commit.append(keep_bad)
 
         with _Stopwatch(report, "ship"):
             try:
@@ -235,16 +249,32 @@ class Collector:
         self.cycles_run += 1
         return report
 
-    def _jobs(self, report, batches, commit, forget) -> None:
+    def _jobs(self, report, batches, commit, forget, bad, delta) -> None:
         backend, seen = self.backend, self.tracker.of(JOB)  # type: ignore[union-attr]
+        watch = self.nodewatch
         with no_gc(), _Stopwatch(report, "stat"):
             natives = backend.stat_jobs()
         with no_gc(), _Stopwatch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed, vanished = compare(seen, fps)
         report.counts.update(jobs=len(natives), changed=len(changed), vanished=len(vanished))
+        if not self.job_nodes_known:  # after a (re)start: where do the running jobs run?
+            running = [j for j, s in seen.items() if s.state in ON_NODES and j in natives]
+            for jid, rec in normalise_many(
+                backend.normalise_job, natives, running, "", report
+            ).items():
+                watch.note(jid, rec)
+            self.job_nodes_known = True
+        # Jobs on nodes that just went bad or came back: refresh them although
+        # the scheduler's record of them did not change.
+        nodes_moved = {j for j in watch.jobs_on(delta) if j in natives} - set(changed)
+        if nodes_moved:
+            changed = changed + sorted(nodes_moved)
+            report.add("node_reason", len(nodes_moved))
         with _Stopwatch(report, "normalise"):
             records = normalise_many(backend.normalise_job, natives, changed, self.site, report)
+            for rec in records.values():
+                watch.overlay(rec, bad)
 
         state_items, update_items, new_seen = [], [], {}
         for oid in changed:
@@ -256,7 +286,7 @@ class Collector:
                 continue
             state = record.get("state") or ""
             new_seen[oid] = Seen(fp, state)
-            important = old is None or old.state != state or state in TERMINAL
+            important = old is None or old.state != state or state in TERMINAL or oid in nodes_moved
             (state_items if important else update_items).append(upsert(oid, fp, record))
             report.add("new" if old is None else "state" if old.state != state else "update")
 
@@ -304,6 +334,9 @@ class Collector:
             seen.update(new_seen)
             for oid in drop:
                 seen.pop(oid, None)
+                watch.job_nodes.pop(oid, None)
+            for jid, rec in records.items():
+                watch.note(jid, rec)
 
         commit.append(remember)
 
@@ -313,7 +346,7 @@ class Collector:
             natives = stat()
         if not natives and seen:
             report.warnings.append(f"{kind} list is empty: ignored (had {len(seen)})")
-            return
+            return None
         fps = fingerprint_all(natives)
         changed, vanished = compare(seen, fps)
         records = normalise_many(normalise, natives, changed, self.site, report, kind)
@@ -336,3 +369,9 @@ class Collector:
                 seen.pop(oid, None)
 
         commit.append(remember)
+        if kind == NODE and not self.node_states_known:
+            # after a (re)start every node's state is needed, not just the changed ones
+            others = [oid for oid in natives if oid not in records]
+            records.update(normalise_many(normalise, natives, others, self.site, report, kind))
+            commit.append(lambda: setattr(self, "node_states_known", True))
+        return list(records.values()), vanished
