@@ -33,6 +33,7 @@ class RedisServer:
             )
         self.port = port or free_port()
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="jobtap-redis-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.args = list(args)
         self.proc: subprocess.Popen | None = None
 
@@ -66,7 +67,8 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                logfile = self.dir / "redis.log"
+                log = logfile.read_text(errors="replace")[-2000:] if logfile.exists() else ""
                 raise RuntimeError(f"redis-server exited at start: {log}")
             try:
                 if self.client(socket_timeout=0.5).ping():

@@ -18,7 +18,6 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture
 def redis_server(tmp_path):
-    (tmp_path / "redis").mkdir()
     server = RedisServer(tmp_path / "redis").start()
     yield server
     server.stop()
