@@ -126,6 +126,34 @@ def normalise_many(
     return out
 
 
+def classify(
+    changed: Iterable[str],
+    fps: dict[str, str],
+    records: dict[str, Record],
+    seen: dict[str, Seen],
+    urgent: set[str],
+    report: CycleReport,
+) -> tuple[list[dict], list[dict], dict[str, Seen]]:
+    """Split changed jobs into state-queue items (new, state changes, finals,
+    ``urgent``) and update-queue items; and what to remember of each."""
+    state_items: list[dict] = []
+    update_items: list[dict] = []
+    new_seen: dict[str, Seen] = {}
+    for oid in changed:
+        fp = fps[oid]
+        record = records.get(oid)
+        old = seen.get(oid)
+        if record is None:  # bad record: remember it so it is reported once
+            new_seen[oid] = Seen(fp, old.state if old else "")
+            continue
+        state = record.get("state") or ""
+        new_seen[oid] = Seen(fp, state)
+        important = old is None or old.state != state or state in TERMINAL or oid in urgent
+        (state_items if important else update_items).append(upsert(oid, fp, record))
+        report.add("new" if old is None else "state" if old.state != state else "update")
+    return state_items, update_items, new_seen
+
+
 def upsert(oid: str, fp: str, record: Record, live: bool = True) -> dict[str, Any]:
     item = {"op": "upsert", "id": oid, "fp": fp, "state": record.get("state"), "record": record}
     if not live:
@@ -249,6 +277,56 @@ class Collector:
         self.cycles_run += 1
         return report
 
+    def refresh(self, job_ids: Iterable[str]) -> CycleReport:
+        """Follow mode's targeted refresh: stat just these jobs and ship what
+        changed, through the same fingerprint/normalise/ship steps as a full
+        cycle (so a later full cycle finds nothing new and ids never repeat).
+
+        Ids the scheduler does not know are ignored: a poke for an unknown or
+        vanished job is harmless, and the next full cycle deals with vanished
+        jobs.  Raises :class:`CycleFailed` if it changed nothing."""
+        if self.tracker is None:
+            self.load()
+        seen = self.tracker.of(JOB)  # type: ignore[union-attr]
+        ids = []
+        for jid in dict.fromkeys(job_ids):
+            try:
+                ids.append(check_object_id(jid))
+            except BadRecord:
+                continue
+        try:
+            cycle = self.next_cycle()
+        except redis.RedisError as exc:
+            raise CycleFailed(f"redis: {exc}") from exc
+        report = CycleReport(cycle=cycle, observed_at=utc_now_iso())
+        if not ids:
+            return report
+        try:
+            with _Stopwatch(report, "stat"):
+                natives = self.backend.stat_some(ids)
+        except StatError as exc:
+            raise CycleFailed(str(exc)) from exc
+        natives = {j: natives[j] for j in ids if j in natives}
+        fps = fingerprint_all(natives)
+        changed = [j for j, fp in fps.items() if (x := seen.get(j)) is None or x.fingerprint != fp]
+        report.counts.update(poked=len(ids), jobs=len(natives), changed=len(changed))
+        records = normalise_many(self.backend.normalise_job, natives, changed, self.site, report)
+        for rec in records.values():
+            self.nodewatch.overlay(rec, self.nodewatch.bad)
+        state_items, update_items, new_seen = classify(changed, fps, records, seen, set(), report)
+        batches = {
+            k: v for k, v in (((STATE, JOB), state_items), ((UPDATE, JOB), update_items)) if v
+        }
+        with _Stopwatch(report, "ship"):
+            try:
+                report.counts["chunks"] = self.shipper.ship(cycle, report.observed_at, batches)
+            except redis.RedisError as exc:
+                raise CycleFailed(f"redis: {exc}") from exc
+        seen.update(new_seen)
+        for jid, rec in records.items():
+            self.nodewatch.note(jid, rec)
+        return report
+
     def _jobs(self, report, batches, commit, forget, bad, delta) -> None:
         backend, seen = self.backend, self.tracker.of(JOB)  # type: ignore[union-attr]
         watch = self.nodewatch
@@ -276,19 +354,9 @@ class Collector:
             for rec in records.values():
                 watch.overlay(rec, bad)
 
-        state_items, update_items, new_seen = [], [], {}
-        for oid in changed:
-            fp = fps[oid]
-            record = records.get(oid)
-            old = seen.get(oid)
-            if record is None:  # bad record: remember it so it is reported once
-                new_seen[oid] = Seen(fp, old.state if old else "")
-                continue
-            state = record.get("state") or ""
-            new_seen[oid] = Seen(fp, state)
-            important = old is None or old.state != state or state in TERMINAL or oid in nodes_moved
-            (state_items if important else update_items).append(upsert(oid, fp, record))
-            report.add("new" if old is None else "state" if old.state != state else "update")
+        state_items, update_items, new_seen = classify(
+            changed, fps, records, seen, nodes_moved, report
+        )
 
         # Vanished jobs: the terminal ones were finalised while live; look up the rest.
         gone_done = [oid for oid in vanished if seen[oid].state in TERMINAL]

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import redis
 
 from .cycle import Collector, CycleFailed, CycleReport
+from .follow import FeedThread, PokeReader
 
 log = logging.getLogger("jobtap.collector")
 HOST = socket.gethostname()
@@ -46,6 +47,9 @@ class CollectorService:
         max_backoff: float = 60.0,
         lock_ttl: int | None = None,
         backend_name: str = "",
+        follow: bool = False,
+        max_refresh: int = 1000,
+        refresh_gap: float = 0.05,
     ):
         self.collector = collector
         self.redis = collector.redis
@@ -59,6 +63,11 @@ class CollectorService:
         self.stop_event = threading.Event()
         self.failures = 0
         self.epoch: str | None = None
+        self.follow = follow
+        self.max_refresh = max_refresh
+        self.refresh_gap = refresh_gap
+        self.pokes: PokeReader | None = None
+        self.feed: FeedThread | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -102,9 +111,12 @@ class CollectorService:
     # -- the loop ------------------------------------------------------------------------
     def run(self, *, max_cycles: int | None = None) -> int:
         """Run cycles until stopped (or ``max_cycles``); return an exit status:
-        0 if the last cycle succeeded, 1 if it failed."""
+        0 if the last cycle succeeded, 1 if it failed.  In follow mode, pokes
+        are served between full cycles."""
         self.acquire_lock()
         self.write_meta_start()
+        if self.follow:
+            self.start_follow()
         ok = False
         n = 0
         try:
@@ -115,14 +127,71 @@ class CollectorService:
                 if max_cycles is not None and n >= max_cycles:
                     break
                 delay = self.interval if ok else self.backoff()
-                self.stop_event.wait(max(0.0, delay - (time.monotonic() - started)))
+                self.wait_serving_pokes(started + delay)
         finally:
+            if self.feed is not None:
+                self.feed.stop()
             self.release_lock()
             try:
                 self.redis.hset(self.keys.meta, mapping={"status": "stopped", "stopped_at": _now()})
             except redis.RedisError:
                 pass
         return 0 if ok else 1
+
+    def start_follow(self) -> None:
+        self.pokes = PokeReader(self.redis, self.keys)
+        backend = self.collector.backend
+        command = getattr(backend, "follow_command", None)
+        if command is not None:
+            self.feed = FeedThread(command(), backend.follow_parse, self.redis, self.keys)
+            self.feed.start()
+        log.info("follow mode: serving pokes from %s", self.keys.pokes)
+
+    def wait_serving_pokes(self, deadline: float) -> None:
+        """Until ``deadline`` (the next full cycle), refresh poked jobs as they
+        come; without follow mode, just wait."""
+        while not self.stop_event.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self.pokes is None:
+                self.stop_event.wait(left)
+                return
+            try:
+                self.pokes.read(block_ms=max(1, int(min(left, 1.0) * 1000)))
+            except redis.RedisError as exc:
+                log.warning("poke stream: %s", exc)
+                self.stop_event.wait(min(left, 1.0))
+                continue
+            if self.pokes.pending:
+                self.serve_pokes()
+                self.stop_event.wait(self.refresh_gap)  # bounds refreshes per second
+
+    def serve_pokes(self) -> bool:
+        """Refresh up to ``max_refresh`` poked jobs now."""
+        assert self.pokes is not None
+        ids = self.pokes.take(self.max_refresh)
+        try:
+            report = self.collector.refresh(ids)
+        except (CycleFailed, redis.RedisError) as exc:
+            log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
+            try:
+                self.redis.hincrby(self.keys.meta, "refreshes_failed", 1)
+            except redis.RedisError:
+                pass
+            return False
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hincrby(self.keys.meta, "refreshes", 1)
+            pipe.hset(self.keys.meta, mapping={
+                "last_refresh_at": report.observed_at,
+                "pokes_dropped": self.pokes.dropped,
+            })  # fmt: skip
+            pipe.execute()
+        except redis.RedisError:
+            pass
+        log.debug("refreshed %d poked jobs", len(ids), extra={"fields": report.counts})
+        return True
 
     def backoff(self) -> float:
         return min(self.max_backoff, self.interval * 2 ** min(self.failures - 1, 10))

@@ -454,6 +454,9 @@ class Simulation:
         self._seq = 0
         self._next_num = 1
         self._live: dict[str, _Job] = {}
+        # Ids of jobs whose state changed, as a scheduler hook would report them
+        # (PBS hooks, Slurm prolog/epilog): what follow mode is poked with.
+        self._pokes: list[str] = []
         self._pending: dict[str, _Job] = {}  # Q jobs the scheduler may start, FIFO
         self._uncommented: dict[str, _Job] = {}  # pending jobs the scheduler has not judged
         self._history: dict[str, _Job] = {}
@@ -848,6 +851,7 @@ class Simulation:
         job.truth = truth
         self.truth[job.id] = truth
         self._live[job.id] = job
+        self._pokes.append(job.id)  # like PBS's queuejob hook
 
     def _note(self, job: _Job) -> None:
         """Record a state change in the ground truth."""
@@ -855,6 +859,7 @@ class Simulation:
         truth = job.truth
         if truth.transitions[-1][1] != state:
             truth.transitions.append((self._now, state))
+            self._pokes.append(job.id)
 
     def _touch(self, job: _Job) -> None:
         """The record changed: stamp mtime and bump its version."""
@@ -1410,11 +1415,22 @@ class Simulation:
     def node_count(self) -> int:
         return len(self._nodes)
 
+    def take_pokes(self) -> list[str]:
+        """The ids of jobs whose state changed since the last call, in order
+        (repeats included, like real hooks firing once per transition)."""
+        pokes, self._pokes = self._pokes, []
+        return pokes
+
     def live_jobs(self) -> dict[str, dict[str, Any]]:
         """``qstat -t -f``: the live jobs (subjobs included) by id, as fresh
         copies that share nothing with the simulation."""
         with _gc_paused():
             return {job_id: _copy_record(job.native) for job_id, job in self._live.items()}
+
+    def live_jobs_by_id(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The live jobs among ``ids``, as fresh copies."""
+        live = self._live
+        return {j: _copy_record(live[j].native) for j in ids if j in live}
 
     def history_jobs(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """``qstat -x -t -f ID...``: the finished jobs the server still

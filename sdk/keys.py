@@ -64,6 +64,7 @@ class SiteKeys:
         self.expiry = f"{self.base}:expiry"  # zset job id -> time its hash expires
         self.node_index = f"{self.base}:nodes"  # set of node names
         self.queue_index = f"{self.base}:queues"  # set of queue names
+        self.pokes = f"{self.base}:pokes"  # stream of "job X just changed" (follow mode)
 
     # Per-user keys -------------------------------------------------------------
     def user_base(self, user: str) -> str:

@@ -51,3 +51,53 @@ class FakePBS:
         return PBSBackend(
             qstat=str(FAKE_BIN / "qstat"), pbsnodes=str(FAKE_BIN / "pbsnodes"), tz="UTC", **kw
         )
+
+
+def check_against_truth(
+    r: redis.Redis, site: str, sim, stat_times: list[float]
+) -> tuple[dict[str, list[dict]], int]:
+    """Check the site stream against the simulation's ground truth; return the
+    job events by job id and how many finished jobs were checked.
+
+    Every event id is unique; each job's versions are 1, 2, 3...; a job that
+    ended before the last stat has exactly one final, last, with the right
+    terminal state and exit status (or ``vanished`` when the server forgot
+    it); a job still alive has none; a job with no event at all lived and died
+    between two stats.
+    """
+    from collections import defaultdict
+
+    from sdk.schema import TERMINAL
+
+    everything = site_events(r, site)
+    assert len({e["id"] for e in everything}) == len(everything), "an event id repeats"
+    by_job: dict[str, list[dict]] = defaultdict(list)
+    for e in everything:
+        if e["kind"] == "job":
+            by_job[e["object_id"]].append(e)
+    last_stat = stat_times[-1]
+    checked = 0
+    for jid, truth in sim.truth.items():
+        evs = by_job.get(jid, [])
+        versions = [e["version"] for e in evs]
+        assert versions == list(range(1, len(versions) + 1)), (jid, versions)
+        finals = [e for e in evs if e["type"] == "final"]
+        ended_at = truth.transitions[-1][0] if truth.final_state else None
+        if ended_at is None or ended_at > last_stat:
+            assert not finals, (jid, "final for a job that has not ended", truth)
+            continue
+        born = truth.transitions[0][0]
+        if not evs:
+            assert not any(born <= t < ended_at for t in stat_times), (jid, "never seen", truth)
+            continue
+        assert len(finals) == 1, (jid, [e["type"] for e in evs])
+        assert evs[-1]["type"] == "final", (jid, "something after the final")
+        rec = finals[0]["record"]
+        if truth.purged:
+            assert (rec["state"], rec["reason"]) == ("unknown", "vanished"), (jid, rec)
+        else:
+            assert rec["state"] == truth.final_state, (jid, rec["state"], truth)
+            assert rec["exit_status"] == truth.exit_status, (jid, rec["exit_status"], truth)
+            assert rec["state"] in TERMINAL
+        checked += 1
+    return by_job, checked

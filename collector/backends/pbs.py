@@ -638,6 +638,12 @@ class PBSBackend:
                     break
         return found
 
+    def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
+        """The current record of each of these jobs, live or finished (follow
+        mode's targeted refresh): ``qstat -x`` shows both, so it is the same
+        query as :meth:`history`."""
+        return self.history(job_ids)
+
     def _history_once(self, job_ids: Sequence[str]) -> tuple[dict[str, Native], set[str]]:
         """One ``qstat -x -f -F json [-t] ids...``: the records printed and the ids
         qstat reported unknown.  qstat exits non-zero (153) when some ids are

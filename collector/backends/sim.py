@@ -98,6 +98,17 @@ class SimBackend:
             raise StatError("qstat -x: simulated failure (injected fault)")
         return sim.history_jobs(job_ids)
 
+    def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
+        """``qstat -x -t -f IDS``: the current record of each of these jobs, live
+        or finished (follow mode's targeted refresh); unknown ids are absent."""
+        sim = self.simulation
+        if sim.take_fault(("fail",)) is not None:
+            raise StatError("qstat: simulated failure (injected fault)")
+        ids = list(dict.fromkeys(job_ids))
+        live = sim.live_jobs_by_id(ids)
+        rest = [j for j in ids if j not in live]
+        return {**live, **(sim.history_jobs(rest) if rest else {})}
+
     # Normalisation: the PBS backend's, with the simulated server's time zone ---------
     def normalise_job(self, job_id: str, native: Native) -> Record:
         from . import pbs

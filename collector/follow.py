@@ -1,0 +1,120 @@
+"""Follow mode: the scheduler says "job X just changed" and the collector
+refreshes exactly those jobs at once, between its periodic full stats.
+
+Every push source ends up in the site's poke stream ``jobtap:{S}:pokes``:
+``jobtap poke JOBID...`` (Slurm's PrologSlurmctld/EpilogSlurmctld, PBS hooks)
+appends to it; backends with an event feed of their own (Flux's events journal)
+are read by a thread that appends to it too.  The collector reads the stream,
+coalesces the ids (a job poked ten times is refreshed once), bounds each
+refresh, and never lets pokes delay the periodic full cycle, which stays the
+reconciliation that catches anything a push missed.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import redis
+
+from sdk.keys import SiteKeys
+
+log = logging.getLogger("jobtap.collector")
+
+POKE_MAXLEN = 10_000  # entries kept in the poke stream (approximately)
+
+
+def poke(r: redis.Redis, keys: SiteKeys, job_ids: Sequence[str], source: str = "") -> str:
+    """Append one poke naming ``job_ids``; return its stream id."""
+    fields = {"ids": " ".join(job_ids), "source": source or socket.gethostname()}
+    entry = r.xadd(keys.pokes, fields, maxlen=POKE_MAXLEN, approximate=True)
+    return entry.decode() if isinstance(entry, bytes) else entry
+
+
+class PokeReader:
+    """Reads the poke stream from where it stood when the reader started (what
+    was poked while no collector ran is the first full cycle's business)."""
+
+    def __init__(self, r: redis.Redis, keys: SiteKeys, *, max_pending: int = 10_000):
+        self.redis = r
+        self.keys = keys
+        self.max_pending = max_pending
+        self.pending: dict[str, None] = {}  # ordered set of ids waiting for a refresh
+        self.dropped = 0
+        last = r.xrevrange(keys.pokes, count=1)
+        self.last_id: str = last[0][0].decode() if last else "0-0"
+
+    def read(self, block_ms: int) -> int:
+        """Wait up to ``block_ms`` for pokes; add their ids to :attr:`pending`;
+        return how many entries were read."""
+        reply = self.redis.xread({self.keys.pokes: self.last_id}, count=1000, block=block_ms)
+        n = 0
+        for _stream, entries in reply or ():
+            for entry_id, fields in entries:
+                self.last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                n += 1
+                for jid in (fields.get(b"ids") or b"").decode(errors="replace").split():
+                    if jid in self.pending:
+                        continue
+                    if len(self.pending) >= self.max_pending:
+                        self.dropped += 1  # the next full cycle will see it anyway
+                        continue
+                    self.pending[jid] = None
+        return n
+
+    def take(self, limit: int) -> list[str]:
+        """Up to ``limit`` pending ids, oldest first."""
+        ids = list(self.pending)[:limit]
+        for jid in ids:
+            del self.pending[jid]
+        return ids
+
+
+class FeedThread(threading.Thread):
+    """Runs a backend's event feed (e.g. the Flux journal reader) and turns
+    each batch of changed job ids it yields into a poke."""
+
+    def __init__(
+        self,
+        command: list[str],
+        parse: Callable[[Iterable[bytes]], Iterator[list[str]]],
+        r: redis.Redis,
+        keys: SiteKeys,
+    ):
+        super().__init__(name="jobtap-feed", daemon=True)
+        self.command, self.parse, self.redis, self.keys = command, parse, r, keys
+        self.proc: subprocess.Popen | None = None
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.proc = subprocess.Popen(
+                    self.command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )  # fmt: skip
+            except OSError as exc:
+                log.error("follow feed %s cannot start: %s", self.command[0], exc)
+                self.stopped.wait(10)
+                continue
+            assert self.proc.stdout is not None
+            try:
+                for ids in self.parse(self.proc.stdout):
+                    if ids:
+                        poke(self.redis, self.keys, ids, source="feed")
+            except redis.RedisError as exc:
+                log.warning("follow feed: redis: %s", exc)
+            finally:
+                self.proc.kill()
+                self.proc.wait()
+            if not self.stopped.is_set():
+                log.warning("follow feed ended (status %s); restarting", self.proc.returncode)
+                self.stopped.wait(2)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()

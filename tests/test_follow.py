@@ -1,0 +1,115 @@
+"""Follow mode: pokes refresh just the poked jobs between full cycles, through
+the same path, so push and poll never duplicate each other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from helpers import check_against_truth, drain, site_events
+
+from collector.backends.sim import SimBackend
+from collector.cycle import Collector
+from collector.follow import PokeReader, poke
+from collector.service import CollectorService
+from sdk.keys import SiteKeys
+
+SITE = "follow1"
+K = SiteKeys(SITE)
+
+
+def test_pokes_coalesce_and_a_flood_is_bounded(r):
+    reader = PokeReader(r, K, max_pending=5)
+    poke(r, K, ["1.x", "2.x", "1.x"])
+    poke(r, K, ["2.x", "3.x"])
+    assert reader.read(block_ms=100) == 2
+    assert reader.take(10) == ["1.x", "2.x", "3.x"]
+    poke(r, K, [f"{i}.y" for i in range(20)])
+    reader.read(block_ms=100)
+    assert len(reader.pending) == 5 and reader.dropped == 15
+    assert reader.take(2) == ["0.y", "1.y"] and len(reader.pending) == 3
+
+
+def test_reader_starts_after_what_was_already_poked(r):
+    poke(r, K, ["old.x"])
+    reader = PokeReader(r, K)
+    assert reader.read(block_ms=50) == 0
+    poke(r, K, ["new.x"])
+    reader.read(block_ms=100)
+    assert reader.take(10) == ["new.x"]
+
+
+def test_unknown_and_hostile_pokes_are_harmless(r):
+    col = Collector(SimBackend(seed=3, nodes=10, jobs=50, tick=0), r, site=SITE)
+    col.run_cycle()
+    drain(r, SITE)
+    before = r.xlen(K.events)
+    report = col.refresh(["999999.simhost", "", "a b", "-x", "x" * 400])
+    drain(r, SITE)
+    assert r.xlen(K.events) == before
+    assert report.counts.get("changed", 0) == 0
+
+
+def test_jobtap_poke_command_never_fails_the_caller(redis_server, r):
+    res = subprocess.run(
+        [sys.executable, "-m", "collector", "poke", "--redis", redis_server.url, "--site", SITE,
+         "12.x", "13.x"], capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    entries = r.xrange(K.pokes)
+    assert entries[-1][1][b"ids"] == b"12.x 13.x"
+    res = subprocess.run(
+        [sys.executable, "-m", "collector", "poke", "--redis", "redis://127.0.0.1:1/0",
+         "--site", SITE, "12.x"], capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert res.returncode == 0 and "not delivered" in res.stderr
+
+
+@pytest.mark.timeout(300)
+def test_push_and_poll_together_on_the_sim(r):
+    """An hour of the simulated cluster: every state change is poked (as hooks
+    would) and refreshed within its 5-second step, and a full cycle runs every
+    30 s as reconciliation; checked against the ground truth."""
+    backend = SimBackend(seed=11, nodes=40, jobs=500, tick=0)
+    sim = backend.simulation
+    svc = CollectorService(Collector(backend, r, site=SITE, nodes_every=4), interval=30,
+                           follow=True)  # fmt: skip
+    svc.pokes = PokeReader(r, K)
+    pushed: list[int] = []  # jobs each targeted refresh found changed
+    refresh = svc.collector.refresh
+
+    def counting_refresh(ids):
+        report = refresh(ids)
+        pushed.append(report.counts.get("changed", 0))
+        return report
+
+    svc.collector.refresh = counting_refresh
+    stat_times: list[float] = []
+    refreshes = 0
+    for step in range(720):  # 720 steps of 5 s: one simulated hour
+        sim.advance(5)
+        if step % 6 == 0:
+            assert svc.run_one()
+            stat_times.append(sim.now)
+            if step == 0:  # everything is new at first: count from here on
+                drain(r, SITE)
+                first = r.xlen(K.events)
+        ids = sim.take_pokes()
+        if ids:
+            poke(r, K, ids)
+            svc.pokes.read(block_ms=10)
+            assert svc.serve_pokes()
+            refreshes += 1
+        if step % 20 == 0:
+            drain(r, SITE)
+    assert svc.run_one()
+    stat_times.append(sim.now)
+    drain(r, SITE)
+    by_job, checked = check_against_truth(r, SITE, sim, stat_times)
+    assert refreshes > 100 and checked > 100
+    # the pushes carried most state changes (the full cycles most usage updates)
+    later = site_events(r, SITE)[first:]
+    transitions = [e for e in later if e["type"] in ("new", "state", "final")]
+    print(f"{sum(pushed)} jobs refreshed by pokes; {len(transitions)} new/state/final events")
+    assert sum(pushed) > 0.5 * len(transitions)
