@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ class Settings:
     user_maxlen: int = 10_000  # events kept in each user's stream
     max_age: int = 7 * 86400  # events older than this are trimmed (seconds; 0: never)
     max_attempts: int = 20
-    batch: int = 100  # objects written by one atomic script call
+    batch: int = 50  # objects written by one atomic script call (smaller scripts run faster)
 
 
 class ApplyConflict(RuntimeError):
@@ -83,7 +82,7 @@ class Applier:
         self.redis = r
         self.settings = settings or Settings()
         self.script = r.register_script(_SCRIPT)
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="jobtap-apply")
+        self.sha = r.script_load(_SCRIPT)
         # Reads go through a twin client that decodes replies in hiredis (C).
         self.reader = redis.Redis(
             connection_pool=redis.ConnectionPool(
@@ -95,48 +94,63 @@ class Applier:
         """Apply a chunk as a series of atomic batches of ``settings.batch`` objects.
 
         The stored records of the whole chunk are read in one pipeline first.
-        Then, while Redis runs the script of one batch (the client waits on its
-        socket, without the GIL), this thread diffs the next one: on two cores
-        most of Redis' work overlaps ours.  Each batch re-checks the versions it
-        read and is written atomically; a batch that lost a race is read again
-        and redone.  A chunk cut short by a crash is finished by its retry (the
+        Then each batch's script is sent without waiting for its reply, and
+        the next batch is diffed while Redis runs it: on two cores most of
+        Redis' work overlaps ours.  Each batch re-checks the versions it read
+        and is written atomically; a batch that lost a race is read again and
+        redone.  A chunk cut short by a crash is finished by its retry (the
         applied batches are then skipped by the cycle check).
         """
         keys = SiteKeys(chunk["site"])
         reads = self._read(keys, chunk)
         size = self.settings.batch
         totals = {"events": 0, "skipped": 0}
-        pending: tuple[Future, dict[str, Any]] | None = None
-        for i in range(0, len(reads), size):
-            part = dict(chunk, items=[it for it, _, _, _ in reads[i : i + size]])
-            plan = self._plan(keys, chunk, reads[i : i + size])
-            if pending is not None:
-                self._finish(keys, *pending, totals)
-            pending = (self._submit(keys, part, plan), part)
-        if pending is not None:
-            self._finish(keys, *pending, totals)
+        conn = self.redis.connection_pool.get_connection()
+        clean = False
+        try:
+            in_flight: tuple[dict[str, Any], _Plan] | None = None
+            for i in range(0, len(reads), size):
+                part = dict(chunk, items=[it for it, _, _, _ in reads[i : i + size]])
+                plan = self._plan(keys, chunk, reads[i : i + size])
+                if in_flight is not None:
+                    self._finish(conn, keys, *in_flight, totals)
+                    in_flight = None
+                if plan.items:
+                    self._send(conn, keys, part, plan)
+                    in_flight = (part, plan)
+                else:
+                    totals["skipped"] += plan.skipped
+            if in_flight is not None:
+                self._finish(conn, keys, *in_flight, totals)
+            clean = True
+        finally:
+            if not clean:  # a reply may still be on its way: never reuse this socket
+                conn.disconnect()
+            self.redis.connection_pool.release(conn)
         return totals
 
-    def _submit(self, keys: SiteKeys, part: dict[str, Any], plan: _Plan) -> Future:
-        if not plan.items:
-            done: Future = Future()
-            done.set_result((["ok", 0], plan.skipped))
-            return done
-        return self.pool.submit(lambda: (self._run(keys, part, plan), plan.skipped))
+    def _send(self, conn, keys: SiteKeys, part: dict[str, Any], plan: _Plan) -> None:
+        kargs, argv = self._args(keys, part, plan)
+        conn.send_command("EVALSHA", self.sha, len(kargs), *kargs, *argv)
 
-    def _finish(self, keys, future: Future, part, totals: dict[str, int]) -> None:
-        reply, skipped = future.result()
+    def _finish(self, conn, keys, part, plan: _Plan, totals: dict[str, int]) -> None:
+        try:
+            reply = conn.read_response()
+        except redis.exceptions.NoScriptError:  # Redis restarted or flushed its scripts
+            self.sha = self.redis.script_load(_SCRIPT)
+            reply = None
         for _ in range(self.settings.max_attempts):
-            if reply[0] in (b"ok", "ok"):
+            if reply is not None and reply[0] in (b"ok", "ok"):
                 totals["events"] += int(reply[1])
-                totals["skipped"] += skipped
-                return
-            time.sleep(0.001)  # another worker wrote one of these objects: read again
-            plan = self._plan(keys, part, self._read(keys, part))
-            if not plan.items:
                 totals["skipped"] += plan.skipped
                 return
-            reply, skipped = self._run(keys, part, plan), plan.skipped
+            if reply is not None:
+                time.sleep(0.001)  # another worker wrote one of these objects: read again
+                plan = self._plan(keys, part, self._read(keys, part))
+                if not plan.items:
+                    totals["skipped"] += plan.skipped
+                    return
+            reply = self._run(keys, part, plan)
         raise ApplyConflict(f"gave up on a {part['kind']} batch of cycle {part['cycle']}")
 
     # -- reading and diffing -------------------------------------------------------
@@ -266,6 +280,11 @@ class Applier:
 
     # -- writing -----------------------------------------------------------------------
     def _run(self, keys: SiteKeys, chunk: dict[str, Any], plan: _Plan) -> list:
+        """Run one batch's script and wait for its reply."""
+        kargs, argv = self._args(keys, chunk, plan)
+        return self.script(keys=kargs, args=argv)
+
+    def _args(self, keys: SiteKeys, chunk: dict[str, Any], plan: _Plan) -> tuple[list, list]:
         s = self.settings
         now_ms = int(time.time() * 1000)
         min_id = f"{now_ms - s.max_age * 1000}-0" if s.max_age else ""
@@ -298,7 +317,7 @@ class Applier:
             ]
             for f, v in item.fields.items():
                 argv += [f, v]
-        return self.script(keys=kargs, args=argv)
+        return kargs, argv
 
 
 @dataclass(slots=True)
@@ -329,6 +348,9 @@ class _Plan:
         self.items.append(item)
 
 
+_MISSING = object()
+
+
 def _changes(stored: dict[str, str], new: dict[str, str], record: dict[str, Any]) -> dict:
     """Attribute-level diff: ``{attr: [old, new]}``, comparing encoded values.
 
@@ -346,10 +368,14 @@ def _changes(stored: dict[str, str], new: dict[str, str], record: dict[str, Any]
             if not isinstance(a, dict) or not isinstance(b, dict):
                 out[f] = [a, b]
                 continue
-            for k in b.keys() | a.keys():
-                if a.get(k) != b.get(k):
-                    out[f"native.{k}"] = [a.get(k), b.get(k)]
-            if not any(k.startswith("native.") for k in out):  # same content, other order
+            before = len(out)
+            for k, v in b.items():
+                was = a.get(k, _MISSING)
+                if was != v:
+                    out[f"native.{k}"] = [None if was is _MISSING else was, v]
+            for k in a.keys() - b.keys():
+                out[f"native.{k}"] = [a[k], None]
+            if len(out) == before:  # same content, other order
                 out["native"] = [a, b]
         else:
             out[f] = [decode_value(f, old), record.get(f)]
