@@ -1,0 +1,343 @@
+"""``jobtap watch``, ``show``, ``wait`` and ``export``: the SDK on the command line.
+
+These commands use the public SDK only (``sdk.Client``), like any in-house tool.
+Expected failures (Redis unreachable, unknown job, bad credential file) are one
+line on stderr and a non-zero exit status.
+
+- ``jobtap watch [JOBID...] [--user U] [--all] [--nodes] [--json]``: one line per
+  change (time, type, job id, user, state transition or changed attributes), or
+  the event JSON.  With job ids it ends after their final changes; ``--all``
+  watches every job of the site (operators); with neither, the user's own jobs.
+- ``jobtap show JOBID [--json]``: the cached record.
+- ``jobtap wait JOBID [--timeout S] [--state S]``: exits with the job's exit
+  status (0-255; killed by signal N: 128+N), 124 on timeout.
+- ``jobtap export [--group G] [--since ID]``: the deduplicated stream as NDJSON on
+  stdout, one event a line, flushed: ``jobtap export | kcat -P -t jobs``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import orjson
+
+import sdk
+from sdk.events import FINAL, REMOVED, STATE, UPDATE
+from sdk.records import RESYNC
+
+TIMEOUT_STATUS = 124  # like timeout(1)
+
+
+# -- options and errors ---------------------------------------------------------------------
+def connection_options(f: Callable) -> Callable:
+    f = click.option(
+        "--credentials",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Credential file (default ~/.config/jobtap/credentials if present; mode 0600).",
+    )(f)
+    f = click.option(
+        "--site",
+        envvar="JOBTAP_SITE",
+        default=None,
+        help="Site name (default: $JOBTAP_SITE, the credential file's, then 'default').",
+    )(f)
+    f = click.option(
+        "--redis",
+        "redis_url",
+        envvar="JOBTAP_REDIS",
+        default=None,
+        help="Redis URL (default: $JOBTAP_REDIS, the credential file's, "
+        "then redis://127.0.0.1:6379/0).",
+    )(f)
+    return f
+
+
+@contextmanager
+def sdk_errors() -> Iterator[None]:
+    """SDK errors become one-line ``click`` errors (exit status 1, no traceback)."""
+    try:
+        yield
+    except sdk.JobtapError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def make_client(redis_url: str | None, site: str | None, credentials: str | None) -> sdk.Client:
+    with sdk_errors():
+        return sdk.Client(redis_url, site=site, credentials=credentials)
+
+
+def with_client(f: Callable) -> Callable:
+    """Pass ``client`` instead of the connection options; close it afterwards."""
+
+    @connection_options
+    @functools.wraps(f)
+    def wrapper(redis_url: str | None, site: str | None, credentials: str | None, **kw: Any):
+        client = make_client(redis_url, site, credentials)
+        try:
+            with sdk_errors():
+                return f(client=client, **kw)
+        finally:
+            client.close()
+
+    return wrapper
+
+
+# -- formatting -------------------------------------------------------------------------------
+def _short(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def describe(change: sdk.Change) -> str:
+    """One readable line for a change."""
+    ev = change.event
+    when = ev.get("observed_at") or "-"
+    rec = ev.get("record") or {}
+    kind = change.kind
+    what = change.object_id if kind == "job" else f"{kind}:{change.object_id}"
+    who = change.user or "-"
+    state = rec.get("state") or "-"
+    changes = change.changes
+    if change.type in (STATE, FINAL) and "state" in changes:
+        old, new = changes["state"]
+        detail = f"{old} -> {new}"
+    elif change.type == UPDATE:
+        detail = ", ".join(sorted(changes)) or "-"
+    elif change.type == REMOVED:
+        detail = "removed"
+    else:
+        detail = state
+    if change.type == RESYNC:
+        detail += " (resync: changes missed)"
+    if change.final and kind == "job":
+        exit_status = rec.get("exit_status")
+        if exit_status is not None:
+            detail += f" (exit {exit_status})"
+        if rec.get("reason"):
+            detail += f" ({rec['reason']})"
+    return f"{when} {change.type:<7} {what} {who} {detail}"
+
+
+def shell_status(job: sdk.Job | None) -> int:
+    """The exit status a shell would show for the job: its exit status if 0-255;
+    PBS's 256+N (killed by signal N) as 128+N; 1 for other failures."""
+    if job is None:
+        return 1
+    es = job.exit_status
+    if es is None:
+        return 0 if job.state == "completed" else 1
+    if 0 <= es <= 255:
+        return es
+    if 256 < es < 256 + 128:
+        return 128 + (es - 256)
+    return 1
+
+
+# -- commands ---------------------------------------------------------------------------------
+@click.command()
+@click.argument("job_ids", nargs=-1)
+@click.option("--user", "-u", default=None, help="Watch every job of this user.")
+@click.option("--all", "all_jobs", is_flag=True, help="Watch every job of the site (operators).")
+@click.option("--nodes", is_flag=True, help="Also node and queue changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print each event as JSON.")
+@click.option("--no-initial", is_flag=True, help="Do not print the current records first.")
+@click.option("--attr", "attrs", multiple=True, help="Only updates of this attribute (repeat).")
+@click.option("--count", type=int, default=None, help="Exit after this many lines.")
+@click.option("--timeout", type=float, default=None, help="Exit after this many seconds.")
+@with_client
+def watch(
+    client: sdk.Client,
+    job_ids: tuple[str, ...],
+    user: str | None,
+    all_jobs: bool,
+    nodes: bool,
+    as_json: bool,
+    no_initial: bool,
+    attrs: tuple[str, ...],
+    count: int | None,
+    timeout: float | None,
+) -> None:
+    """Print job changes as they happen.
+
+    With JOBIDs, ends after their final changes.  Without JOBIDs: --user U for a
+    user's jobs, --all for every job of the site, else your own jobs."""
+    if all_jobs and (job_ids or user):
+        raise click.UsageError("--all watches every job: give no JOBID and no --user")
+    changes: queue.SimpleQueue[sdk.Change] = queue.SimpleQueue()
+    kinds = ("job", "node", "queue") if nodes else ("job",)
+    if not job_ids and not user and not all_jobs and client.user is None:
+        raise click.UsageError("say what to watch: JOBID..., --user U or --all")
+    sub = client.subscribe(
+        changes.put,
+        jobs=list(job_ids) or None,
+        user=user,
+        all_jobs=all_jobs,
+        attrs=attrs or None,
+        kinds=kinds,
+        initial=not no_initial,
+    )
+    out = sys.stdout
+    deadline = None if timeout is None else time.monotonic() + timeout
+    printed = 0
+    try:
+        while count is None or printed < count:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            try:
+                change = changes.get(timeout=0.1)
+            except queue.Empty:
+                if sub.closed:
+                    break  # every watched job finished
+                continue
+            line = change.json.decode() if as_json else describe(change)
+            out.write(line + "\n")
+            out.flush()
+            printed += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sub.close()
+    if sub.error is not None:
+        raise click.ClickException(str(sub.error))
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--user", "-u", default=None, help="The job's owner, if the owner index is closed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@click.option("--native", is_flag=True, help="Also print the scheduler's own record.")
+@with_client
+def show(client: sdk.Client, job_id: str, user: str | None, as_json: bool, native: bool) -> None:
+    """Print a job's cached record."""
+    job = client.job(job_id, user=user)
+    if job is None:
+        raise click.ClickException(f"job {job_id} is not in the cache of site {client.site}")
+    record = job.to_dict()
+    if as_json:
+        click.echo(orjson.dumps(record, option=orjson.OPT_INDENT_2).decode())
+        return
+    width = max(len(k) for k in record)
+    for key, value in record.items():
+        if key == "native" and not native:
+            continue
+        if key == "native":
+            value = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        click.echo(f"{key:<{width}}  {_short(value)}")
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds (124).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    help="Wait for this state instead of a terminal one (repeat for several).",
+)
+@click.option(
+    "--user", "-u", default=None, help="The job's owner (to wait for a job not seen yet)."
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing.")
+@with_client
+def wait(
+    client: sdk.Client,
+    job_id: str,
+    timeout: float | None,
+    states: tuple[str, ...],
+    user: str | None,
+    quiet: bool,
+) -> None:
+    """Wait for a job to finish; exit with its exit status (124 on timeout)."""
+    try:
+        job = client.wait(job_id, states or sdk.TERMINAL, timeout, user=user)
+    except sdk.WaitTimeout as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(TIMEOUT_STATUS)
+    except sdk.StateNotReached as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(shell_status(exc.job) or 1)
+    if not quiet:
+        es = "" if job.exit_status is None else f" (exit status {job.exit_status})"
+        click.echo(f"{job.id} {job.state}{es}", err=True)
+    sys.exit(shell_status(job) if job.terminal else 0)
+
+
+@click.command()
+@click.option("--group", "-g", default=None, help="Consumer group (acks, crash recovery).")
+@click.option("--consumer", default=None, help="Consumer name in the group (default host-pid).")
+@click.option(
+    "--since",
+    default=None,
+    help="Start after this stream id ('0': all the stream holds; default: new events only). "
+    "With --group: where a new group starts.",
+)
+@click.option("--user", "-u", default=None, help="Export one user's stream.")
+@click.option("--count", type=int, default=None, help="Exit after this many events.")
+@click.option(
+    "--idle", type=float, default=None, help="Exit after this many seconds without events."
+)
+@click.option("--claim-idle", type=float, default=60.0, show_default=True,
+              help="Seconds before another consumer's unacked events are claimed.")  # fmt: skip
+@with_client
+def export(
+    client: sdk.Client,
+    group: str | None,
+    consumer: str | None,
+    since: str | None,
+    user: str | None,
+    count: int | None,
+    idle: float | None,
+    claim_idle: float,
+) -> None:
+    """Write the deduplicated event stream to stdout as NDJSON (one event a line).
+
+    Events are acknowledged once written and flushed: a crash repeats at most the
+    batch being written (at-least-once; the event "id" is the key to dedupe on)."""
+    out = sys.stdout.buffer
+    stream = client.stream(
+        group=group, consumer=consumer, since=since, user=user, claim_idle=claim_idle,
+        idle_timeout=idle,
+    )  # fmt: skip
+    written = 0
+    ok = True
+    try:
+        for change in stream:
+            out.write(change.json + b"\n")
+            written += 1
+            if stream.buffered == 0 or written == count:
+                out.flush()
+                stream.ack()
+            if count is not None and written >= count:
+                break
+        out.flush()
+    except KeyboardInterrupt:
+        out.flush()
+    except BrokenPipeError:
+        ok = False  # the reader went away: what was not flushed stays unacked
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+    finally:
+        stream.close(ack=ok)
+    if not ok:
+        sys.exit(1)
+
+
+def register(group: click.Group) -> None:
+    """Add ``watch``, ``show``, ``wait`` and ``export`` to the ``jobtap`` group."""
+    for command in (watch, show, wait, export):
+        group.add_command(command)
+
+
+__all__ = ["describe", "register", "shell_status"]

@@ -1,0 +1,55 @@
+"""jobtap SDK: read the job cache instead of polling the scheduler, subscribe to
+changes with callbacks, wait for a job, consume the deduplicated event stream.
+
+    import sdk
+
+    client = sdk.Client()                       # $JOBTAP_REDIS, $JOBTAP_SITE, credentials
+    job = client.job("12.pbs")                  # sdk.Job | None
+    client.subscribe(print, jobs=["12.pbs"])    # initial record, then every change
+    client.wait("12.pbs", timeout=600)          # -> sdk.Job in a terminal state
+
+``sdk.aio`` has the same API for asyncio.  The submodules ``sdk.keys``,
+``sdk.schema`` and ``sdk.events`` are the contract with the writers (key names,
+the normalised record, the event).
+"""
+
+from .client import Client
+from .credentials import Credentials
+from .errors import (
+    AuthenticationFailed,
+    ConfigError,
+    CredentialsError,
+    JobNotFound,
+    JobtapError,
+    PermissionDenied,
+    RedisUnavailable,
+    StateNotReached,
+    WaitTimeout,
+)
+from .records import INITIAL, RESYNC, Change, Job, Node, Queue
+from .schema import TERMINAL
+from .stream import EventStream
+from .subscribe import Subscription
+
+__all__ = [
+    "AuthenticationFailed",
+    "Change",
+    "Client",
+    "ConfigError",
+    "Credentials",
+    "CredentialsError",
+    "EventStream",
+    "INITIAL",
+    "Job",
+    "JobNotFound",
+    "JobtapError",
+    "Node",
+    "PermissionDenied",
+    "Queue",
+    "RESYNC",
+    "RedisUnavailable",
+    "StateNotReached",
+    "Subscription",
+    "TERMINAL",
+    "WaitTimeout",
+]

@@ -1,0 +1,169 @@
+"""Reading the cache of one site: locating a job's owner, reading hashes
+(pipelined), listing a user's or the site's jobs, the nodes and the queues.
+
+Used by :class:`sdk.Client` in the caller's thread and by the dispatcher thread
+for snapshots and resyncs.  Raises redis-py errors; callers translate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import redis
+
+from .connection import Site
+from .records import Job, Node, Queue, natural_key
+from .schema import JOB, NODE, QUEUE
+from .schema import from_hash as decode_hash
+
+PIPELINE_BATCH = 1000
+
+
+class Ref(NamedTuple):
+    """One object of one site; ``user`` is the job's owner (``None`` for nodes and queues)."""
+
+    site: str
+    kind: str
+    oid: str
+    user: str | None = None
+
+
+def key_of(site: Site, ref: Ref) -> str:
+    if ref.kind == JOB:
+        if ref.user is None:
+            raise ValueError(f"job {ref.oid}: its key needs its owner")
+        return site.keys.job(ref.user, ref.oid)
+    if ref.kind == NODE:
+        return site.keys.node(ref.oid)
+    return site.keys.queue(ref.oid)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Cache:
+    """Cache reads of one site."""
+
+    def __init__(self, site: Site):
+        self.site = site
+        self.r: redis.Redis = site.redis
+        self.keys = site.keys
+
+    # -- owners -----------------------------------------------------------------------
+    def owner(self, job_id: str) -> str | None:
+        """The job's user from the owner index; ``None`` if unknown or not readable."""
+        try:
+            user = self.r.hget(self.keys.owner, job_id)
+        except redis.exceptions.NoPermissionError:
+            return None
+        return _s(user) if user is not None else None
+
+    def owners(self) -> dict[str, str]:
+        """Every job id -> user of the site (needs read access to the owner index)."""
+        return {_s(k): _s(v) for k, v in self.r.hgetall(self.keys.owner).items()}
+
+    def locate(self, job_id: str, hints: Sequence[str] = ()) -> str | None:
+        """The job's user: from the owner index, else the first of ``hints`` whose
+        key exists; ``None`` when the job is not in the cache."""
+        user = self.owner(job_id)
+        if user is not None:
+            return user
+        for hint in hints:
+            if hint and self.r.exists(self.keys.job(hint, job_id)):
+                return hint
+        return None
+
+    # -- hashes -----------------------------------------------------------------------------
+    def read(self, refs: Sequence[Ref]) -> list[dict[str, Any] | None]:
+        """Decoded hashes of ``refs`` (``None`` for a missing key), pipelined."""
+        out: list[dict[str, Any] | None] = []
+        for start in range(0, len(refs), PIPELINE_BATCH):
+            pipe = self.r.pipeline(transaction=False)
+            for ref in refs[start : start + PIPELINE_BATCH]:
+                pipe.hgetall(key_of(self.site, ref))
+            out.extend(decode_hash(raw) if raw else None for raw in pipe.execute())
+        return out
+
+    def job(self, job_id: str, user: str | None = None, hints: Sequence[str] = ()) -> Job | None:
+        owner = user or self.locate(job_id, hints)
+        if owner is None:
+            return None
+        raw = self.r.hgetall(self.keys.job(owner, job_id))
+        return Job.from_hash(raw)
+
+    def live_job_ids(self, user: str) -> list[str]:
+        return sorted((_s(x) for x in self.r.smembers(self.keys.user_jobs(user))), key=natural_key)
+
+    def jobs(
+        self,
+        user: str | None = None,
+        states: Iterable[str] | None = None,
+        finished: bool = False,
+    ) -> list[Job]:
+        """Jobs of ``user`` (every user when ``None``), optionally only in
+        ``states``; finished jobs (kept for the retention period) only when
+        ``finished``."""
+        if user is not None:
+            refs = [Ref(self.site.name, JOB, jid, user) for jid in self.live_job_ids(user)]
+            if finished:
+                try:
+                    ended = [jid for jid, u in self.owners().items() if u == user]
+                except redis.exceptions.NoPermissionError:
+                    ended = self.finished_job_ids(user)  # a user's ACL: own stream only
+                live = {r.oid for r in refs}
+                refs += [Ref(self.site.name, JOB, jid, user) for jid in ended if jid not in live]
+        else:
+            refs = [Ref(self.site.name, JOB, jid, u) for jid, u in self.owners().items()]
+        wanted = set(states) if states is not None else None
+        jobs = []
+        for rec in self.read(refs):
+            if rec is None:
+                continue
+            job = Job.from_record(rec)
+            if job.final and not finished:
+                continue
+            if wanted is not None and job.state not in wanted:
+                continue
+            jobs.append(job)
+        jobs.sort(key=lambda j: (natural_key(j.id), j.user or ""))
+        return jobs
+
+    def finished_job_ids(self, user: str) -> list[str]:
+        """Jobs whose ``final`` event is still in the user's stream (for a user who
+        may not read the owner index; the stream is bounded, see workers.apply)."""
+        prefix = f"{self.site.name}:"
+        out: dict[str, None] = {}
+        end = "+"
+        while True:
+            page = self.r.xrevrange(self.keys.user_events(user), max=end, count=1000)
+            for _, fields in page:
+                if fields.get(b"type") == b"final":
+                    eid = _s(fields[b"id"])
+                    job_id = eid[len(prefix) : eid.rindex(":")]
+                    out.setdefault(job_id, None)
+            if len(page) < 1000:
+                return list(out)
+            end = "(" + _s(page[-1][0])
+
+    # -- nodes and queues -------------------------------------------------------------------
+    def names(self, kind: str) -> list[str]:
+        index = self.keys.node_index if kind == NODE else self.keys.queue_index
+        return sorted((_s(x) for x in self.r.smembers(index)), key=natural_key)
+
+    def nodes(self, states: Iterable[str] | None = None) -> list[Node]:
+        refs = [Ref(self.site.name, NODE, n) for n in self.names(NODE)]
+        wanted = set(states) if states is not None else None
+        out = [Node.from_record(rec) for rec in self.read(refs) if rec is not None]
+        return [n for n in out if wanted is None or n.state in wanted]
+
+    def queues(self) -> list[Queue]:
+        refs = [Ref(self.site.name, QUEUE, q) for q in self.names(QUEUE)]
+        return [Queue.from_record(rec) for rec in self.read(refs) if rec is not None]
+
+    def node(self, name: str) -> Node | None:
+        return Node.from_hash(self.r.hgetall(self.keys.node(name)))
+
+    def queue(self, name: str) -> Queue | None:
+        return Queue.from_hash(self.r.hgetall(self.keys.queue(name)))

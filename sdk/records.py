@@ -1,0 +1,355 @@
+"""Typed records (:class:`Job`, :class:`Node`, :class:`Queue`) and the
+:class:`Change` a subscription or a stream delivers.
+
+The records carry every field of the normalised record (see :mod:`sdk.schema`),
+decoded: integers as ``int``, timestamps as timezone-aware ``datetime``, lists and
+dicts as Python objects, and ``native``: the scheduler's own record, whole.
+
+    >>> job = client.job("12.pbs")
+    >>> job.state, job.terminal, job.native["Job_Owner"]
+    ('running', False, 'alice@login1')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, ClassVar, Union
+
+import orjson
+
+from . import events as ev
+from .schema import JOB, NODE, QUEUE, TERMINAL
+from .schema import from_hash as decode_hash
+
+# Change types the SDK synthesises (never written by the workers).
+INITIAL = "initial"  # the current record, delivered first by subscribe(initial=True)
+RESYNC = "resync"  # the record re-read after missed changes the streams no longer hold
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The record fields of a record type, except ``final`` (cached)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls) if f.name != "final")
+    return names
+
+
+class _Record:
+    """Shared constructors of the three record types."""
+
+    __slots__ = ()
+    KIND: ClassVar[str]
+    _TIMES: ClassVar[frozenset[str]] = frozenset()
+    _INTS: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], *, final: bool | None = None):
+        """Build from a decoded record (an event's ``record``, or a decoded hash)."""
+        names = _field_names(cls)
+        kw: dict[str, Any] = {name: record.get(name) for name in names}
+        for name in cls._TIMES:
+            kw[name] = _parse_time(kw[name])
+        for name in cls._INTS:
+            value = kw[name]
+            if value is not None and type(value) is not int:
+                kw[name] = _int_or_none(value)
+        if kw["version"] is None:
+            kw["version"] = 0
+        if final is None:
+            final = bool(_int_or_none(record.get("final")))
+        kw["final"] = final
+        return cls(**kw)
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[str | bytes, str | bytes]):
+        """Build from an ``HGETALL`` reply; ``None`` if the hash is empty (no such key)."""
+        if not raw:
+            return None
+        return cls.from_record(decode_hash(raw))
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]):
+        """Build from an event (``sdk.events.Event``): its ``record``, with ``final``
+        set when the event is the object's final one."""
+        return cls.from_record(event["record"], final=event.get("type") == ev.FINAL)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON-able data (timestamps back to ISO-8601)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            out[f.name] = value
+        return out
+
+
+@dataclass(slots=True)
+class Job(_Record):
+    """A job's normalised record, as cached by jobtap."""
+
+    KIND: ClassVar[str] = JOB
+    _TIMES: ClassVar[frozenset[str]] = frozenset(
+        {"submit_time", "start_time", "end_time", "updated_at"}
+    )
+    _INTS: ClassVar[frozenset[str]] = frozenset(
+        {"exit_status", "array_index", "priority", "version"}
+    )
+
+    id: str
+    site: str | None = None
+    scheduler: str | None = None
+    user: str | None = None
+    group: str | None = None
+    account: str | None = None
+    name: str | None = None
+    queue: str | None = None
+    state: str | None = None
+    native_state: str | None = None
+    reason: str | None = None
+    comment: str | None = None
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    exit_status: int | None = None
+    requested: dict[str, Any] | None = None
+    allocated: Any = None
+    resources_used: dict[str, Any] | None = None
+    array_parent: str | None = None
+    array_index: int | None = None
+    priority: int | None = None
+    version: int = 0
+    updated_at: datetime | None = None
+    native: dict[str, Any] | None = field(default=None, repr=False)
+    final: bool = False
+    """True once the job's ``final`` event went out: nothing follows it."""
+
+    @property
+    def terminal(self) -> bool:
+        """True in a terminal state (completed, failed, cancelled)."""
+        return self.state in TERMINAL
+
+
+@dataclass(slots=True)
+class Node(_Record):
+    """A compute node's normalised record."""
+
+    KIND: ClassVar[str] = NODE
+    _TIMES: ClassVar[frozenset[str]] = frozenset({"updated_at"})
+    _INTS: ClassVar[frozenset[str]] = frozenset({"version"})
+
+    id: str
+    site: str | None = None
+    scheduler: str | None = None
+    state: str | None = None
+    native_state: str | None = None
+    reason: str | None = None
+    jobs: list[Any] | None = None
+    resources: dict[str, Any] | None = None
+    version: int = 0
+    updated_at: datetime | None = None
+    native: dict[str, Any] | None = field(default=None, repr=False)
+    final: bool = False
+
+
+@dataclass(slots=True)
+class Queue(_Record):
+    """A queue's (Slurm: partition's) normalised record."""
+
+    KIND: ClassVar[str] = QUEUE
+    _TIMES: ClassVar[frozenset[str]] = frozenset({"updated_at"})
+    _INTS: ClassVar[frozenset[str]] = frozenset({"version"})
+
+    id: str
+    site: str | None = None
+    scheduler: str | None = None
+    state: str | None = None
+    native_state: str | None = None
+    counts: dict[str, Any] | None = None
+    resources: dict[str, Any] | None = None
+    version: int = 0
+    updated_at: datetime | None = None
+    native: dict[str, Any] | None = field(default=None, repr=False)
+    final: bool = False
+
+
+Record = Union[Job, Node, Queue]  # noqa: UP007 (a runtime alias)
+RECORD_TYPES: dict[str, type] = {JOB: Job, NODE: Node, QUEUE: Queue}
+
+
+def record_from_hash(kind: str, raw: Mapping[str | bytes, str | bytes]) -> Record | None:
+    return RECORD_TYPES[kind].from_hash(raw)
+
+
+def parse_event_id(eid: str) -> tuple[str, int]:
+    """``("S:12.pbs", 3)`` from ``"S:12.pbs:3"``: the object's prefix and the version."""
+    prefix, _, version = eid.rpartition(":")
+    return prefix, int(version)
+
+
+def object_prefix(site: str, kind: str, object_id: str) -> str:
+    """The part of an event id before the version (see :func:`sdk.events.event_id`)."""
+    return ev.event_id(site, kind, object_id, 0)[:-2]
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple:
+    """Sort key that puts ``9.pbs`` before ``10.pbs``."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
+
+
+class Change:
+    """One change of one job, node or queue, as delivered to a callback or by a
+    stream: the event the workers wrote, decoded lazily.
+
+    ``type`` is one of ``new``, ``state``, ``update``, ``final``, ``removed``
+    (written by the workers), or, from a subscription only, ``initial`` (the
+    current record, delivered first) and ``resync`` (the record re-read after
+    changes were missed that no stream holds any more; ``changes`` is empty).
+
+    Attributes: ``id`` (``site:JOBID:VERSION``: deterministic, so a consumer can
+    drop duplicates), ``type``, ``version``, ``kind``, ``site``, ``object_id``,
+    ``user``, ``observed_at``, ``changes`` (``{attr: [old, new]}``), ``record``
+    (a :class:`Job`, :class:`Node` or :class:`Queue`), ``final``, ``event`` (the
+    event as a dict, the ``sdk.events.Event`` schema), ``json`` (the same as
+    bytes) and ``stream_id`` (the Redis stream entry id, for ``stream(since=...)``;
+    ``None`` for pub/sub deliveries).
+    """
+
+    __slots__ = ("id", "type", "version", "stream_id", "_event", "_json", "_record", "_final")
+
+    def __init__(
+        self,
+        eid: str,
+        etype: str,
+        version: int,
+        *,
+        event: dict[str, Any] | None = None,
+        json: bytes | None = None,
+        stream_id: str | None = None,
+        final: bool | None = None,
+    ):
+        self.id = eid
+        self.type = etype
+        self.version = version
+        self.stream_id = stream_id
+        self._event = event
+        self._json = json
+        self._record: Record | None = None
+        self._final = final
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def from_event(cls, event: dict[str, Any], json: bytes | None = None) -> Change:
+        return cls(event["id"], event["type"], int(event["version"]), event=event, json=json)
+
+    @classmethod
+    def from_json(cls, raw: bytes, stream_id: str | None = None) -> Change:
+        event = orjson.loads(raw)
+        return cls(
+            event["id"], event["type"], int(event["version"]), event=event, json=raw,
+            stream_id=stream_id,
+        )  # fmt: skip
+
+    @classmethod
+    def synthesize(
+        cls, etype: str, kind: str, site: str, record: dict[str, Any], *, final: bool
+    ) -> Change:
+        """An ``initial`` or ``resync`` change from a decoded hash."""
+        version = int(record.get("version") or 0)
+        oid = str(record.get("id"))
+        event = {
+            "id": ev.event_id(site, kind, oid, version),
+            "site": site,
+            "kind": kind,
+            "type": etype,
+            "object_id": oid,
+            "user": record.get("user") if kind == JOB else None,
+            "version": version,
+            "observed_at": record.get("updated_at"),
+            "changes": {},
+            "record": {k: v for k, v in record.items() if k not in ("cycle", "final")},
+        }
+        return cls(event["id"], etype, version, event=event, final=final)
+
+    # -- lazy views -------------------------------------------------------------------------
+    @property
+    def event(self) -> dict[str, Any]:
+        if self._event is None:
+            self._event = orjson.loads(self._json or b"{}")
+        return self._event
+
+    @property
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = orjson.dumps(self._event)
+        return self._json
+
+    @property
+    def kind(self) -> str:
+        return self.event.get("kind", JOB)
+
+    @property
+    def site(self) -> str:
+        return self.event["site"]
+
+    @property
+    def object_id(self) -> str:
+        return self.event["object_id"]
+
+    @property
+    def user(self) -> str | None:
+        return self.event.get("user")
+
+    @property
+    def observed_at(self) -> datetime | None:
+        return _parse_time(self.event.get("observed_at"))
+
+    @property
+    def changes(self) -> dict[str, list[Any]]:
+        return self.event.get("changes") or {}
+
+    @property
+    def final(self) -> bool:
+        """True for the job's last change: nothing follows it."""
+        if self._final is not None:
+            return self._final
+        return self.type == ev.FINAL
+
+    @property
+    def record(self) -> Record:
+        if self._record is None:
+            cls = RECORD_TYPES.get(self.kind, Job)
+            self._record = cls.from_record(self.event.get("record") or {}, final=self.final)
+        return self._record
+
+    def __repr__(self) -> str:
+        return f"<Change {self.type} {self.id}>"

@@ -1,0 +1,340 @@
+"""The deduplicated, resumable event stream, for idempotent downstream consumers
+(exporters to Kafka or Elasticsearch, accounting, dashboards).
+
+Two modes:
+
+- **plain** (no ``group``): ``XREAD BLOCK`` from a position.  ``since`` is a stream
+  id (exclusive; ``"0"`` for everything the stream still holds, ``"$"`` or
+  ``None`` for only what comes next).  :attr:`EventStream.last_id` is the position
+  to persist and pass back as ``since`` to resume.
+- **consumer group**: ``XREADGROUP`` in group ``group`` as ``consumer``.  Each event
+  is given to one consumer of the group.  An event is acknowledged (XACK) once the
+  caller has taken it and asked for more: the events of a batch are acked when the
+  next batch is fetched, and on :meth:`EventStream.close`.  Events a consumer took
+  but did not ack (it crashed) stay pending; after ``claim_idle`` seconds another
+  consumer of the group claims them (XAUTOCLAIM) and delivers them again.  A
+  restarted consumer with the same name first re-reads its own pending events.
+
+Delivery is **at least once**: after a crash, the events of the batch being
+processed come again.  Duplicates that the stream itself holds (a replayed
+batch: same event id, or a version not newer than the last one seen for that
+object) are dropped before they reach the caller, within a bounded memory of
+``dedupe`` objects; a consumer should still be idempotent (the event ``id`` is
+deterministic: use it as the key downstream).
+
+After a disconnect the stream reconnects with backoff and carries on where it
+left off; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+
+import redis
+
+from .backfill import newest_id, parse_sid
+from .connection import TRANSIENT, Site, reconnecting, safe_url, translate_error
+from .dedupe import VersionMemory
+from .errors import ConfigError
+from .records import Change, parse_event_id
+
+log = logging.getLogger("jobtap.sdk")
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def default_consumer() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class EventStream(Iterator[Change]):
+    """Iterator of :class:`~sdk.records.Change` from a site's or a user's stream.
+    Made by :meth:`Client.stream`; see the module documentation for the semantics.
+
+    ``idle_timeout`` ends the iteration after that many seconds without an event
+    (default: never).  Attributes: ``last_id``, ``delivered``, ``duplicates``,
+    ``claimed``.
+    """
+
+    def __init__(
+        self,
+        site: Site,
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        since: str | None = None,
+        user: str | None = None,
+        count: int = 1000,
+        block: float = 2.0,
+        claim_idle: float = 60.0,
+        idle_timeout: float | None = None,
+        dedupe: int = 200_000,
+        backoff: tuple[float, float] = (0.05, 5.0),
+    ):
+        if count < 1:
+            raise ConfigError("count must be at least 1")
+        if since not in (None, "$", "0") and not _valid_id(since):
+            raise ConfigError(f"since must be a stream id like 1732200000000-0, not {since!r}")
+        self.site = site
+        self.r: redis.Redis = site.redis
+        self.key = site.keys.user_events(user) if user else site.keys.events
+        self.group = group
+        self.consumer = consumer or (default_consumer() if group else None)
+        self.since = since
+        self.count = count
+        self.block = block
+        self.claim_idle = claim_idle
+        self.idle_timeout = idle_timeout
+        self.backoff = backoff
+        self.last_id: str | None = None
+        """Stream id of the last event handed out (the position to resume from)."""
+        self.delivered = 0
+        self.duplicates = 0
+        self.claimed = 0
+        self._memory = VersionMemory(dedupe)
+        self._buffer: deque[Change] = deque()
+        self._pos: str | None = None  # plain mode: last id read
+        self._taken: list[str] = []  # group mode: handed out, not acked yet
+        self._dropped: list[str] = []  # group mode: duplicates to ack
+        self._group_ready = False
+        self._own_pending: str | None = "0"  # group mode: cursor over our own pending entries
+        self._claim_cursor = "0-0"
+        self._next_claim = 0.0
+        self._stop = threading.Event()
+        self._closed = False
+        self._connected = False
+        self._last_activity = time.monotonic()
+        self._down_since: float | None = None
+
+    # -- iteration ---------------------------------------------------------------------------
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> Change:
+        if not self._buffer:
+            self._fill()
+        change = self._buffer.popleft()
+        self._hand_out(change)
+        return change
+
+    def batch(self) -> list[Change]:
+        """The next non-empty batch (blocking); acks the previous one.  Raises
+        ``StopIteration`` when the stream is closed or idle past ``idle_timeout``."""
+        if not self._buffer:
+            self._fill()
+        out = list(self._buffer)
+        self._buffer.clear()
+        for change in out:
+            self._hand_out(change)
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Events fetched but not handed out yet (0: the next call may block)."""
+        return len(self._buffer)
+
+    def _hand_out(self, change: Change) -> None:
+        if self.group is not None:
+            self._taken.append(change.stream_id)  # type: ignore[arg-type]
+        self.last_id = change.stream_id
+        self.delivered += 1
+
+    def _untake(self, n: int) -> None:
+        """The last ``n`` events handed out did not reach the caller after all."""
+        if n and self.group is not None:
+            del self._taken[-n:]
+        self.delivered -= n
+
+    def ack(self) -> None:
+        """Acknowledge every event handed out so far (group mode; no-op otherwise)."""
+        if self.group is None or not (self._taken or self._dropped):
+            return
+        ids = self._taken + self._dropped
+        self.r.xack(self.key, self.group, *ids)
+        self._taken.clear()
+        self._dropped.clear()
+
+    def close(self, ack: bool = True) -> None:
+        """Stop; with ``ack``, acknowledge what was handed out.  Events not acked
+        (fetched but not handed out, or all of them with ``ack=False``) stay pending
+        in the group: another consumer claims them after ``claim_idle``."""
+        self._stop.set()
+        if self._closed:
+            return
+        self._closed = True
+        if not ack:
+            return
+        try:
+            self.ack()
+        except redis.RedisError as exc:
+            log.warning("jobtap: could not ack %d event(s) on close: %s", len(self._taken), exc)
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, exc_type: type | None, *exc: object) -> None:
+        # Leaving the block with an exception acks nothing more: the event being
+        # processed (and the rest of its batch) will be delivered again.
+        self.close(ack=exc_type is None)
+
+    # -- fetching ------------------------------------------------------------------------------
+    def _fill(self) -> None:
+        while not self._buffer:
+            if self._stop.is_set():
+                raise StopIteration
+            idle = time.monotonic() - self._last_activity
+            if self.idle_timeout is not None and idle >= self.idle_timeout:
+                raise StopIteration
+            try:
+                self._fetch_resilient()
+            except TRANSIENT as exc:  # only when closed while reconnecting
+                if self._stop.is_set():
+                    raise StopIteration from None
+                raise translate_error(exc, self.site.url) from exc
+            except redis.RedisError as exc:
+                raise translate_error(exc, self.site.url) from exc
+        self._last_activity = time.monotonic()
+
+    def _fetch_resilient(self) -> None:
+        if not self._connected:  # Redis unreachable from the start: say so at once
+            self._fetch()
+            self._connected = True
+            return
+        initial, cap = self.backoff
+        for attempt in reconnecting(self._stop, initial=initial, cap=cap, on_retry=self._on_retry):
+            with attempt:
+                self._fetch()
+        if self._down_since is not None:
+            log.warning(
+                "jobtap: stream %s readable again after %.1f s; resuming after %s",
+                self.key,
+                time.monotonic() - self._down_since,
+                self.last_id or self._pos or "the start",
+            )
+            self._down_since = None
+
+    def _on_retry(self, state) -> None:
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "jobtap: lost Redis at %s while reading %s (%s); reconnecting",
+                safe_url(self.site.url),
+                self.key,
+                exc,
+            )
+
+    def _block_ms(self, limit: float | None = None) -> int:
+        wait = self.block
+        if self.idle_timeout is not None:
+            left = self.idle_timeout - (time.monotonic() - self._last_activity)
+            wait = min(wait, max(left, 0.001))
+        if limit is not None:
+            wait = min(wait, max(limit, 0.001))
+        return max(1, int(wait * 1000))
+
+    def _offer(self, sid: bytes | str, fields: dict | None) -> None:
+        sid = _s(sid)
+        if not fields or b"id" not in fields:  # deleted meanwhile, or not an event
+            if self.group is not None:
+                self._dropped.append(sid)
+            return
+        eid = _s(fields[b"id"])
+        etype = _s(fields.get(b"type", b""))
+        try:
+            prefix, version = parse_event_id(eid)
+        except ValueError:
+            prefix, version = eid, 0
+        if not self._memory.accept(prefix, version, etype, parse_sid(sid)):
+            self.duplicates += 1
+            if self.group is not None:
+                self._dropped.append(sid)
+            return
+        self._buffer.append(Change(eid, etype, version, json=fields[b"event"], stream_id=sid))
+
+    def _fetch(self) -> None:
+        if self.group is None:
+            self._fetch_plain()
+        else:
+            self._fetch_group()
+
+    def _fetch_plain(self) -> None:
+        if self._pos is None:
+            if self.since in (None, "$"):
+                self._pos = newest_id(self.r, self.key)
+            else:
+                self._pos = "0-0" if self.since == "0" else self.since
+        reply = self.r.xread({self.key: self._pos}, count=self.count, block=self._block_ms())
+        for _, entries in reply or ():
+            for sid, fields in entries:
+                self._pos = _s(sid)
+                self._offer(sid, fields)
+
+    def _fetch_group(self) -> None:
+        r, key, group, consumer = self.r, self.key, self.group, self.consumer
+        if not self._group_ready:
+            try:
+                start = "$" if self.since in (None, "$") else self.since
+                r.xgroup_create(key, group, id=start, mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            self._group_ready = True
+        try:
+            self._read_group(r, key, group, consumer)
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            # Redis lost the group (restarted without persistence): make it again,
+            # from the start of what the stream holds now.
+            log.warning("jobtap: consumer group %s of %s is gone; creating it again", group, key)
+            self._group_ready = False
+            self.since = "0"
+            self._taken.clear()
+            self._dropped.clear()
+
+    def _read_group(self, r: redis.Redis, key: str, group: str, consumer: str) -> None:
+        self.ack()
+        if self._own_pending is not None:
+            reply = r.xreadgroup(group, consumer, {key: self._own_pending}, count=self.count)
+            entries = reply[0][1] if reply else []
+            if not entries:
+                self._own_pending = None
+            else:
+                self._own_pending = _s(entries[-1][0])
+                for sid, fields in entries:
+                    self._offer(sid, fields)
+            return
+        now = time.monotonic()
+        if now >= self._next_claim:
+            cursor, claimed, *_ = r.xautoclaim(
+                key, group, consumer, int(self.claim_idle * 1000), self._claim_cursor,
+                count=self.count,
+            )  # fmt: skip
+            self._claim_cursor = _s(cursor)
+            if self._claim_cursor == "0-0":
+                self._next_claim = now + min(max(self.claim_idle / 2, 0.05), 30.0)
+            if claimed:
+                self.claimed += len(claimed)
+                log.info("jobtap: claimed %d pending event(s) of %s", len(claimed), group)
+                for sid, fields in claimed:
+                    self._offer(sid, fields)
+                return
+        wait = self._block_ms(self._next_claim - time.monotonic())
+        reply = r.xreadgroup(group, consumer, {key: ">"}, count=self.count, block=wait)
+        for _, entries in reply or ():
+            for sid, fields in entries:
+                self._offer(sid, fields)
+
+
+def _valid_id(value: str) -> bool:
+    ms, sep, seq = value.partition("-")
+    return ms.isdigit() and (not sep or seq.isdigit())

@@ -1,0 +1,212 @@
+"""jobtap watch / show / wait / export, built on the SDK, against a real redis-server."""
+
+# ruff: noqa: F811  (pytest fixtures imported from test_sdk_helpers)
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+import orjson
+import pytest
+from click.testing import CliRunner
+from test_sdk_helpers import SITE, K, hermetic, writer  # noqa: F401
+
+from collector.cli_sdk import register, shell_status
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@click.group()
+def jobtap() -> None:
+    """A stand-in for the real jobtap group."""
+
+
+register(jobtap)
+
+
+@pytest.fixture
+def cli(redis_server, hermetic):
+    runner = CliRunner()
+
+    def invoke(*args: str, **kw):
+        return runner.invoke(jobtap, [*args, "--redis", redis_server.url, "--site", SITE], **kw)
+
+    return invoke
+
+
+def later(delay, fn, *args, **kw):
+    t = threading.Timer(delay, fn, args, kw)
+    t.start()
+    return t
+
+
+def test_show_readable_json_and_unknown(cli, writer):
+    writer.job("1.pbs", state="running", comment="hello world")
+    result = cli("show", "1.pbs")
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(None, 1) for line in result.output.splitlines())
+    assert lines["state"] == "running" and lines["comment"] == "hello world"
+    assert lines["requested"] == '{"ncpus":1}' and "native" not in lines
+    assert "Job_Owner" in cli("show", "1.pbs", "--native").output
+    record = orjson.loads(cli("show", "1.pbs", "--json").output)
+    assert (
+        record["id"] == "1.pbs" and record["version"] == 1 and record["native"]["job_state"] == "R"
+    )
+    result = cli("show", "404.pbs")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: job 404.pbs is not in the cache of site {SITE}"
+
+
+def test_wait_exits_with_the_jobs_exit_status(cli, writer):
+    writer.job("1.pbs")
+    t = later(0.3, writer.finish, "1.pbs", "failed", 3)
+    result = cli("wait", "1.pbs", "--timeout", "10")
+    t.join()
+    assert result.exit_code == 3, result.output
+    assert "1.pbs failed (exit status 3)" in result.output
+    writer.job("2.pbs")
+    writer.finish("2.pbs", "cancelled", 271)  # PBS: killed by signal 15
+    assert cli("wait", "2.pbs", "-q").exit_code == 143
+    writer.job("3.pbs")
+    writer.finish("3.pbs")
+    assert cli("wait", "3.pbs").exit_code == 0
+
+
+def test_wait_timeout_is_124(cli, writer):
+    writer.job("1.pbs")
+    started = time.monotonic()
+    result = cli("wait", "1.pbs", "--timeout", "0.3")
+    assert result.exit_code == 124 and time.monotonic() - started < 5
+    assert "did not reach" in result.output
+
+
+def test_wait_for_a_state(cli, writer):
+    writer.job("1.pbs")
+    t = later(0.2, writer.job, "1.pbs", state="running")
+    assert cli("wait", "1.pbs", "--state", "running", "--timeout", "10").exit_code == 0
+    t.join()
+
+
+def test_watch_jobs_ends_after_their_finals(cli, writer):
+    writer.job("1.pbs")
+    writer.job("2.pbs", user="bob")
+
+    def changes():
+        writer.job("1.pbs", state="running")
+        writer.job("1.pbs", comment="hi", resources_used={"cput": "1"})
+        writer.finish("1.pbs", exit_status=0)
+        writer.finish("2.pbs", "failed", 2)
+
+    t = later(0.5, changes)
+    result = cli("watch", "1.pbs", "2.pbs", "--timeout", "15")
+    t.join()
+    assert result.exit_code == 0, result.output
+    lines = [line.split(" ", 1)[1] for line in result.output.splitlines()]  # drop the time
+    assert lines == [
+        "initial 1.pbs alice queued",
+        "initial 2.pbs bob queued",
+        "state   1.pbs alice queued -> running",
+        "update  1.pbs alice comment, resources_used",
+        "final   1.pbs alice running -> completed (exit 0)",
+        "final   2.pbs bob queued -> failed (exit 2)",
+    ]
+
+
+def test_watch_all_as_json(cli, writer):
+    writer.job("1.pbs")
+    t = later(0.5, lambda: [writer.job("2.pbs", user="bob"), writer.node("n1")])
+    result = cli("watch", "--all", "--nodes", "--json", "--count", "3", "--timeout", "15")
+    t.join()
+    assert result.exit_code == 0, result.output
+    events = [orjson.loads(line) for line in result.output.splitlines()]
+    assert [(e["type"], e["object_id"]) for e in events] == [
+        ("initial", "1.pbs"), ("new", "2.pbs"), ("new", "n1"),
+    ]  # fmt: skip
+    assert events[1]["record"]["user"] == "bob"
+
+
+def test_watch_needs_something_to_watch(cli):
+    result = cli("watch")
+    assert result.exit_code == 2 and "JOBID..., --user U or --all" in result.output
+
+
+def test_export_ndjson_and_groups(cli, writer, r):
+    for i in range(6):
+        writer.job(f"{i}.pbs")
+    r.xadd(K.events, r.xrange(K.events)[0][1])  # a replayed event: dropped
+    result = cli("export", "--since", "0", "--idle", "0.3")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [orjson.loads(x)["id"] for x in lines] == [f"{SITE}:{i}.pbs:1" for i in range(6)]
+    stored = [f[b"event"] for _, f in r.xrange(K.events)][:6]
+    assert [x.encode() for x in lines] == stored  # the events as written, byte for byte
+    first = cli("export", "--group", "g", "--since", "0", "--count", "4")
+    second = cli("export", "--group", "g", "--idle", "0.3")
+    ids = [orjson.loads(x)["id"] for x in (first.output + second.output).splitlines()]
+    assert ids == [f"{SITE}:{i}.pbs:1" for i in range(6)]
+    assert r.xpending(K.events, "g")["pending"] == 0
+
+
+def test_expected_failures_are_one_line(hermetic, tmp_path):
+    from redis_server import free_port
+
+    runner = CliRunner()
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    for args in (["show", "1.pbs"], ["wait", "1.pbs"], ["watch", "--all"], ["export"]):
+        result = runner.invoke(jobtap, [*args, "--redis", url])
+        assert result.exit_code == 1, (args, result.output)
+        assert (
+            result.output.startswith("Error: cannot reach Redis at")
+            and len(result.output.splitlines()) == 1
+        )
+    cred = tmp_path / "credentials"
+    cred.write_text("username = alice\n")
+    cred.chmod(0o644)
+    result = runner.invoke(jobtap, ["show", "1.pbs", "--credentials", str(cred)])
+    assert result.exit_code == 1 and "refused" in result.output and "Traceback" not in result.output
+
+
+def test_export_is_flushed_line_by_line_and_survives_a_closed_pipe(redis_server, writer, tmp_path):
+    for i in range(3):
+        writer.job(f"{i}.pbs")
+    env = dict(os.environ, JOBTAP_REDIS=redis_server.url, JOBTAP_SITE=SITE,
+               JOBTAP_CREDENTIALS=str(tmp_path / "none"), PYTHONPATH=str(ROOT))  # fmt: skip
+    code = (
+        "import click; from collector.cli_sdk import register\n"
+        "g = click.Group('jobtap'); register(g); g()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "export", "--since", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        # the lines arrive while export is still running (it never exits by itself)
+        first = [proc.stdout.readline() for _ in range(3)]
+        assert [orjson.loads(x)["id"] for x in first] == [f"{SITE}:{i}.pbs:1" for i in range(3)]
+        writer.job("0.pbs", state="running")
+        assert orjson.loads(proc.stdout.readline())["id"] == f"{SITE}:0.pbs:2"
+        proc.stdout.close()  # the reader goes away (like `| head`)
+        for i in range(3):
+            writer.job(f"{i}.pbs", comment="x" * 70_000)
+        assert proc.wait(10) == 1
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_shell_status():
+    from sdk import Job
+
+    assert shell_status(Job("1", state="completed", exit_status=0)) == 0
+    assert shell_status(Job("1", state="completed", exit_status=None)) == 0
+    assert shell_status(Job("1", state="failed", exit_status=None)) == 1
+    assert shell_status(Job("1", state="failed", exit_status=255)) == 255
+    assert shell_status(Job("1", state="cancelled", exit_status=265)) == 137
+    assert shell_status(Job("1", state="failed", exit_status=-3)) == 1
