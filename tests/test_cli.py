@@ -1,0 +1,96 @@
+"""The `jobtap` command as a person runs it: real processes, real Redis."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+
+from conftest import fixtures_dir
+from helpers import FAKE_BIN, site_events
+
+from collector.localredis import free_port
+from sdk.keys import SiteKeys
+
+JOBTAP = [sys.executable, "-m", "collector"]
+
+
+def jobtap(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*JOBTAP, *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
+
+
+def test_unreachable_redis_is_one_line_not_a_traceback():
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    for cmd in (["status"], ["worker", "--burst"], ["collector", "--once"], ["show", "1.x"]):
+        res = jobtap(*cmd, "--redis", url)
+        assert res.returncode != 0, cmd
+        assert "Traceback" not in res.stderr, (cmd, res.stderr)
+        assert "cannot reach Redis" in res.stderr, (cmd, res.stderr)
+
+
+def test_bad_site_name_is_refused(redis_server):
+    res = jobtap("status", "--redis", redis_server.url, "--site", "a:b*")
+    assert res.returncode == 2 and "site name" in res.stderr
+
+
+def test_collector_once_worker_burst_status(redis_server, r, tmp_path, monkeypatch):
+    site = "cli1"
+    env_ok = {"JOBTAP_REDIS": redis_server.url, "JOBTAP_SITE": site}
+    res = jobtap("collector", "--once", "--sim-jobs", "200", "--sim-nodes", "20",
+                 env={**_env(), **env_ok})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "cycle 1 done" in res.stderr
+    res = jobtap("worker", "--burst", env={**_env(), **env_ok})
+    assert res.returncode == 0, res.stderr
+    assert len(site_events(r, site)) >= 200
+    res = jobtap("status", env={**_env(), **env_ok})
+    assert res.returncode == 0, res.stderr
+    assert "collector stopped" in res.stdout or "collector ok" in res.stdout
+    assert re.search(r"jobs\s+\d+ live", res.stdout)
+    assert "0 waiting" in res.stdout
+
+
+def test_pbs_collector_with_missing_qstat_fails_clearly(redis_server, r, tmp_path):
+    res = jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(tmp_path / "qstat"),
+                 "--redis", redis_server.url, "--site", "cli2")  # fmt: skip
+    assert res.returncode == 1
+    assert "command not found" in res.stderr and "Traceback" not in res.stderr
+    assert r.hget(SiteKeys("cli2").meta, "status") == b"stopped"
+    assert b"command not found" in r.hget(SiteKeys("cli2").meta, "last_error")
+
+
+def test_pbs_collector_through_the_standin(redis_server, r, tmp_path):
+    control = tmp_path / "fake.json"
+    control.write_text(
+        f'{{"dir": "{fixtures_dir() / "pbs"}", "stage": "10-busy", "mode": "ok"}}'
+    )
+    env = {**_env(), "JOBTAP_FAKE_PBS": str(control)}
+    res = jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(FAKE_BIN / "qstat"),
+                 "--pbsnodes", str(FAKE_BIN / "pbsnodes"), "--tz", "UTC",
+                 "--redis", redis_server.url, "--site", "cli3", env=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = jobtap("worker", "--burst", "--redis", redis_server.url, "--site", "cli3")
+    assert res.returncode == 0
+    jobs = {e["object_id"] for e in site_events(r, "cli3") if e["kind"] == "job"}
+    assert jobs >= {"1.vm", "3.vm"}
+
+
+def test_demo_runs_and_stops_everything_it_started():
+    res = jobtap("demo", "--duration", "8", "--jobs", "300", "--nodes", "30", timeout=90)
+    assert res.returncode == 0, res.stderr
+    assert "simhost" in res.stdout  # events were shown
+    port = int(re.search(r"redis://127\.0\.0\.1:(\d+)/0", res.stderr).group(1))
+    time.sleep(0.5)
+    with socket.socket() as s:  # its redis-server is gone
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    assert "stopped" in res.stderr
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("JOBTAP_")}
