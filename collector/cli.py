@@ -323,7 +323,8 @@ def status(redis_url, site, queue_redis, as_json):
         queue = Queue(keys.rq_queue(prio), connection=q)
         info["queues"][queue.name] = {
             "waiting": queue.count,
-            "failed": queue.failed_job_registry.count,
+            # no cleanup: that would be a write, and operators only read
+            "failed": queue.failed_job_registry.get_job_count(cleanup=False),
         }
     info["streams"]["events"] = r.xlen(keys.events)
     info["jobs_known"] = r.hlen(keys.owner)
@@ -485,10 +486,11 @@ def _has_group(p: subprocess.Popen) -> bool:
         return False
 
 
-def _register_sdk_commands() -> None:
-    from . import cli_sdk
+def _register_commands() -> None:
+    from . import cli_acl, cli_sdk
 
     cli_sdk.register(main)
+    cli_acl.register(main)
 
 
-_register_sdk_commands()
+_register_commands()

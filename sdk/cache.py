@@ -65,15 +65,15 @@ class Cache:
         return {_s(k): _s(v) for k, v in self.r.hgetall(self.keys.owner).items()}
 
     def locate(self, job_id: str, hints: Sequence[str] = ()) -> str | None:
-        """The job's user: from the owner index, else the first of ``hints`` whose
-        key exists; ``None`` when the job is not in the cache."""
-        user = self.owner(job_id)
-        if user is not None:
-            return user
+        """The job's user: the first of ``hints`` (the client's own user) whose key
+        exists, else the owner index; ``None`` when the job is not in the cache.
+
+        Hints first: an ordinary user may not read the owner index, and asking
+        anyway would cost a refused round trip (and an ACL LOG entry) every time."""
         for hint in hints:
             if hint and self.r.exists(self.keys.job(hint, job_id)):
                 return hint
-        return None
+        return self.owner(job_id)
 
     # -- hashes -----------------------------------------------------------------------------
     def read(self, refs: Sequence[Ref]) -> list[dict[str, Any] | None]:

@@ -29,6 +29,7 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception_type,
+    retry_if_not_exception_type,
     stop_after_delay,
     stop_never,
     wait_exponential,
@@ -203,7 +204,10 @@ def reconnecting(
     stopper: stop_base = _StopWhen(stop)
     stopper = stopper | (stop_after_delay(deadline) if deadline is not None else stop_never)
     return Retrying(
-        retry=retry_if_exception_type(TRANSIENT),
+        # A refused login is no passing fault: the user was revoked or the
+        # password changed.  Retrying would hide that forever.
+        retry=retry_if_exception_type(TRANSIENT)
+        & retry_if_not_exception_type(redis.AuthenticationError),
         wait=wait_exponential(multiplier=initial, max=cap) + wait_random(0, initial),
         stop=stopper,
         sleep=stop.wait,

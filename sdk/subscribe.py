@@ -812,6 +812,14 @@ class Dispatcher:
             for attempt in reconnecting(self._stop, initial=initial, cap=cap):
                 with attempt:
                     link.connect()
+        except redis.AuthenticationError as auth:  # revoked: end its subscriptions, loudly
+            error = translate_error(auth, link.url)
+            for (lk, _ch), subs in list(self.by_channel.items()):
+                if lk is link:
+                    for sub in list(subs):
+                        if sub._state != _ENDED:
+                            self._fail(sub, error)
+            return
         except TRANSIENT:
             return  # stopping
         took = time.monotonic() - started
