@@ -288,12 +288,16 @@ class Collector:
         if self.tracker is None:
             self.load()
         seen = self.tracker.of(JOB)  # type: ignore[union-attr]
+        canonical = getattr(self.backend, "canonical_id", None)  # e.g. Flux: many spellings
         ids = []
-        for jid in dict.fromkeys(job_ids):
+        for jid in job_ids:
+            if canonical is not None:
+                jid = canonical(jid)
             try:
                 ids.append(check_object_id(jid))
             except BadRecord:
                 continue
+        ids = list(dict.fromkeys(ids))
         try:
             cycle = self.next_cycle()
         except redis.RedisError as exc:

@@ -75,44 +75,84 @@ class PokeReader:
 
 class FeedThread(threading.Thread):
     """Runs a backend's event feed (e.g. the Flux journal reader) and turns
-    each batch of changed job ids it yields into a poke."""
+    each batch of changed job ids it yields into a poke.
+
+    If the feed ends (the scheduler restarted, the reader died), it is started
+    again with exponential backoff, asking for the events since the last batch
+    it handled when the backend can (``follow_command(since=...)``).  The feed's
+    standard error goes to the collector's log."""
 
     def __init__(
         self,
-        command: list[str],
+        command: Callable[..., list[str]],
         parse: Callable[[Iterable[bytes]], Iterator[list[str]]],
         r: redis.Redis,
         keys: SiteKeys,
+        *,
+        max_backoff: float = 60.0,
     ):
         super().__init__(name="jobtap-feed", daemon=True)
         self.command, self.parse, self.redis, self.keys = command, parse, r, keys
+        self.max_backoff = max_backoff
         self.proc: subprocess.Popen | None = None
         self.stopped = threading.Event()
+        self.since: float | None = None
+        self.batches = 0
+
+    def argv(self) -> list[str]:
+        if self.since is None:
+            return self.command()
+        try:
+            return self.command(since=self.since)
+        except TypeError:  # this backend's feed cannot resume
+            return self.command()
 
     def run(self) -> None:
+        backoff = 1.0
         while not self.stopped.is_set():
+            argv = self.argv()
             try:
                 self.proc = subprocess.Popen(
-                    self.command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     stdin=subprocess.DEVNULL, start_new_session=True,
                 )  # fmt: skip
             except OSError as exc:
-                log.error("follow feed %s cannot start: %s", self.command[0], exc)
-                self.stopped.wait(10)
+                log.error("follow feed %s cannot start: %s", argv[0], exc)
+                self.stopped.wait(backoff)
+                backoff = min(self.max_backoff, backoff * 2)
                 continue
-            assert self.proc.stdout is not None
+            threading.Thread(target=self._log_stderr, args=(self.proc,), daemon=True).start()
+            got_any = False
             try:
-                for ids in self.parse(self.proc.stdout):
+                for ids in self.parse(self.proc.stdout):  # type: ignore[arg-type]
+                    self.since = getattr(ids, "last_timestamp", None) or self.since
                     if ids:
-                        poke(self.redis, self.keys, ids, source="feed")
+                        poke(self.redis, self.keys, list(ids), source="feed")
+                        self.batches += 1
+                        got_any = True
             except redis.RedisError as exc:
                 log.warning("follow feed: redis: %s", exc)
             finally:
                 self.proc.kill()
                 self.proc.wait()
+            if got_any:
+                backoff = 1.0
             if not self.stopped.is_set():
-                log.warning("follow feed ended (status %s); restarting", self.proc.returncode)
-                self.stopped.wait(2)
+                log.warning(
+                    "follow feed ended (status %s); restarting in %.0f s",
+                    self.proc.returncode,
+                    backoff,
+                )
+                self.stopped.wait(backoff)
+                backoff = min(self.max_backoff, backoff * 2)
+
+    @staticmethod
+    def _log_stderr(proc: subprocess.Popen) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                log.warning("follow feed: %s", text)
 
     def stop(self) -> None:
         self.stopped.set()

@@ -143,7 +143,7 @@ class CollectorService:
         backend = self.collector.backend
         command = getattr(backend, "follow_command", None)
         if command is not None:
-            self.feed = FeedThread(command(), backend.follow_parse, self.redis, self.keys)
+            self.feed = FeedThread(command, backend.follow_parse, self.redis, self.keys)
             self.feed.start()
         log.info("follow mode: serving pokes from %s", self.keys.pokes)
 

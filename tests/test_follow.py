@@ -113,3 +113,37 @@ def test_push_and_poll_together_on_the_sim(r):
     transitions = [e for e in later if e["type"] in ("new", "state", "final")]
     print(f"{sum(pushed)} jobs refreshed by pokes; {len(transitions)} new/state/final events")
     assert sum(pushed) > 0.5 * len(transitions)
+
+
+def test_flux_journal_feed_pokes_every_job(r, tmp_path, monkeypatch):
+    """The feed thread runs the Flux journal reader (the replay stand-in of
+    `flux python READER`) and turns its batches into pokes naming every job."""
+    import json
+    import time
+
+    from conftest import fixtures_dir
+    from helpers import FAKE_BIN
+
+    from collector.backends.flux import FluxBackend
+    from collector.follow import FeedThread
+
+    fixtures = fixtures_dir() / "flux"
+    if not fixtures.is_dir():
+        pytest.skip(f"Flux fixtures not found at {fixtures}")
+    control = tmp_path / "fake-flux.json"
+    control.write_text(json.dumps({"dir": str(fixtures), "mode": "ok", "stage": "07-final"}))
+    monkeypatch.setenv("JOBTAP_FAKE_FLUX", str(control))
+    backend = FluxBackend(flux=str(FAKE_BIN / "flux"), timeout=10)
+    expected = set(backend.stat_jobs())
+    feed = FeedThread(backend.follow_command, backend.follow_parse, r, K)
+    feed.start()
+    poked: set[str] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and not expected <= poked:
+            for _id, fields in r.xrange(K.pokes):
+                poked.update(fields[b"ids"].decode().split())
+            time.sleep(0.1)
+    finally:
+        feed.stop()
+    assert expected <= poked, expected - poked
