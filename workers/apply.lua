@@ -43,8 +43,10 @@ end
 -- pass 2: write
 local events = 0
 local trimmed = {}
+local fp_set, fp_del, owners = {}, {}, {}
 for i = 1, n do
   local it = items[i]
+  local is_new = it.expected == ''
   if it.op == 'remove' then
     redis.call('DEL', it.key)
     redis.call('SREM', it.set, it.oid)
@@ -64,25 +66,37 @@ for i = 1, n do
     redis.call('PUBLISH', it.channel, it.json)
     redis.call('PUBLISH', all_channel, it.json)
     if it.op ~= 'remove' then
-      if it.user ~= '' then
-        redis.call('HSET', KEYS[2], it.oid, it.user)
+      if is_new and it.user ~= '' then
+        owners[#owners + 1] = it.oid
+        owners[#owners + 1] = it.user
       end
       if it.final == '1' then
         redis.call('SREM', it.set, it.oid)
         redis.call('EXPIRE', it.key, ttl)
         redis.call('ZADD', KEYS[4], math.floor(now_ms / 1000) + ttl, it.oid)
-      else
+      elseif is_new then
         redis.call('SADD', it.set, it.oid)
       end
     end
   end
   if it.fp_field ~= '' then
     if it.fp_value ~= '' then
-      redis.call('HSET', KEYS[3], it.fp_field, it.fp_value)
+      fp_set[#fp_set + 1] = it.fp_field
+      fp_set[#fp_set + 1] = it.fp_value
     else
-      redis.call('HDEL', KEYS[3], it.fp_field)
+      fp_del[#fp_del + 1] = it.fp_field
     end
   end
+end
+-- one command each for the site-wide indexes, not one per object
+if #owners > 0 then
+  redis.call('HSET', KEYS[2], unpack(owners))
+end
+if #fp_set > 0 then
+  redis.call('HSET', KEYS[3], unpack(fp_set))
+end
+if #fp_del > 0 then
+  redis.call('HDEL', KEYS[3], unpack(fp_del))
 end
 
 if min_id ~= '' then
