@@ -21,6 +21,7 @@ import orjson
 import pytest
 import redis
 from click.testing import CliRunner
+from helpers import job_record
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -152,36 +153,6 @@ def set_up_users(server: RedisServer, users, sites=(SITE,)) -> acl.AclAdmin:
 
 
 # -- writing real records as the writer -----------------------------------------------------------
-def job_record(jid: str, user: str, state: str = "queued", site: str = SITE, **extra) -> dict:
-    rec = {
-        "id": jid,
-        "site": site,
-        "scheduler": "pbs",
-        "user": user,
-        "group": "g",
-        "account": None,
-        "name": "j",
-        "queue": "workq",
-        "state": state,
-        "native_state": state[0].upper(),
-        "reason": None,
-        "comment": None,
-        "submit_time": "2026-11-21T14:40:20+00:00",
-        "start_time": None,
-        "end_time": None,
-        "exit_status": None,
-        "requested": {"ncpus": 1},
-        "allocated": [],
-        "resources_used": {},
-        "array_parent": None,
-        "array_index": None,
-        "priority": 0,
-        "native": {"job_state": state[0].upper()},
-    }
-    rec.update(extra)
-    return rec
-
-
 class Writer:
     """The real apply step (workers/apply.py), connected as ``writer``."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from helpers import job_record
 
 from collector.ship import encode_chunk
 from sdk.keys import SiteKeys
@@ -15,33 +16,7 @@ K = SiteKeys(SITE)
 
 
 def job(jid="1.pbs", user="alice", state="queued", **extra):
-    rec = {
-        "id": jid,
-        "site": SITE,
-        "scheduler": "pbs",
-        "user": user,
-        "group": "g",
-        "account": None,
-        "name": "j",
-        "queue": "workq",
-        "state": state,
-        "native_state": state[0].upper(),
-        "reason": None,
-        "comment": None,
-        "submit_time": "2026-11-21T14:40:20+00:00",
-        "start_time": None,
-        "end_time": None,
-        "exit_status": None,
-        "requested": {"ncpus": 1},
-        "allocated": [],
-        "resources_used": {},
-        "array_parent": None,
-        "array_index": None,
-        "priority": 0,
-        "native": {"job_state": state[0].upper(), "Job_Owner": f"{user}@vm"},
-    }
-    rec.update(extra)
-    return rec
+    return job_record(jid, user, state, SITE, **extra)
 
 
 def chunk(cycle, items, kind="job"):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import helpers
 import orjson
 import pytest
 
@@ -22,26 +23,11 @@ K = SiteKeys(SITE)
 
 
 def job_record(jid: str = "1.pbs", user: str = "alice", state: str = "queued", **extra) -> dict:
-    rec = {
-        "id": jid, "site": SITE, "scheduler": "pbs", "user": user, "group": "g",
-        "account": None, "name": "j", "queue": "workq", "state": state,
-        "native_state": state[0].upper(), "reason": None, "comment": None,
-        "submit_time": "2026-11-21T14:40:20+00:00", "start_time": None, "end_time": None,
-        "exit_status": None, "requested": {"ncpus": 1}, "allocated": [],
-        "resources_used": {}, "array_parent": None, "array_index": None, "priority": 0,
-        "native": {"job_state": state[0].upper(), "Job_Owner": f"{user}@vm"},
-    }  # fmt: skip
-    rec.update(extra)
-    return rec
+    return helpers.job_record(jid, user, state, **{"site": SITE, **extra})
 
 
 def node_record(name: str = "n1", state: str = "free", **extra) -> dict:
-    rec = {
-        "id": name, "site": SITE, "scheduler": "pbs", "state": state, "native_state": state,
-        "reason": None, "jobs": [], "resources": {"ncpus": 8}, "native": {"state": state},
-    }  # fmt: skip
-    rec.update(extra)
-    return rec
+    return helpers.node_record(name, state, **{"site": SITE, "resources": {"ncpus": 8}, **extra})
 
 
 class Writer:
