@@ -118,21 +118,25 @@ def main() -> None:
         for st in stages:
             vals = [rep.timings.get(st, 0.0) for _, _, rep, _ in rows]
             print(f"{names.get(st, st):<12}" + "".join(f"{v * 1000:>10.1f}ms" for v in vals))
-        print(
-            f"{'whole cycle':<12}" + "".join(f"{rep.duration * 1000:>10.1f}ms" for *_, rep in rows)
-        )
-        print(f"{'orjson.loads':<12}" + "".join(f"{lo * 1000:>10.1f}ms" for _, lo, _ in rows))
-        ratios = [rep.duration / lo for _, lo, rep in rows]
+        line = "".join(f"{rep.duration * 1000:>10.1f}ms" for _, _, rep, _ in rows)
+        print(f"{'whole cycle':<12}{line}")
+        line = "".join(f"{lo * 1000:>10.1f}ms" for _, lo, _, _ in rows)
+        print(f"{'orjson.loads':<12}{line}")
+        ratios = [rep.duration / lo for _, lo, rep, _ in rows]
         print(f"{'ratio':<12}" + "".join(f"{x:>11.2f}x" for x in ratios))
-        changed = [rep.counts.get("changed", 0) for *_, rep in rows]
-        vanished = [rep.counts.get("vanished", 0) for *_, rep in rows]
+        line = "".join(f"{lo * 1000:>10.1f}ms" for *_, lo in rows)
+        print(f"\norjson.loads with the garbage collector paused, for reference:\n{'':<12}{line}")
+        strict = [rep.duration / lo for _, _, rep, lo in rows]
+        print(f"{'ratio':<12}" + "".join(f"{x:>11.2f}x" for x in strict))
+        changed = [rep.counts.get("changed", 0) for _, _, rep, _ in rows]
+        vanished = [rep.counts.get("vanished", 0) for _, _, rep, _ in rows]
         print(
             f"\nstat output {rows[-1][0] / 1e6:.0f} MB; changed per cycle {changed};"
             f" vanished {vanished}"
         )
         print(
             f"median ratio whole cycle / orjson.loads: {statistics.median(ratios):.2f}x"
-            " (target <= 2x)"
+            f" (target <= 2x); against the GC-paused loads: {statistics.median(strict):.2f}x"
         )
     finally:
         server.stop()
