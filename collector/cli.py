@@ -100,7 +100,7 @@ def main() -> None:
 @click.option(
     "--backend",
     envvar="JOBTAP_BACKEND",
-    type=click.Choice(["sim", "pbs"]),
+    type=click.Choice(["sim", "pbs", "slurm", "flux"]),
     default="sim",
     show_default=True,
     help="Workload manager to stat.",
@@ -129,9 +129,14 @@ def main() -> None:
 @click.option("--queue-redis", default=None, help="Redis URL for the rq queues (default: --redis).")
 @click.option("--prefix", default="", help="Run scheduler commands through this, e.g. 'ssh head1'.")
 @click.option("--stat-timeout", type=float, default=60.0, show_default=True)
-@click.option("--qstat", default="qstat", show_default=True)
-@click.option("--pbsnodes", default="pbsnodes", show_default=True)
-@click.option("--tz", default=None, help="Time zone of the PBS server's clock (default: local).")
+@click.option("--qstat", default="qstat", show_default=True, help="PBS: qstat command.")
+@click.option("--pbsnodes", default="pbsnodes", show_default=True, help="PBS: pbsnodes command.")
+@click.option("--tz", default=None, help="PBS: time zone of the server's clock (default: local).")
+@click.option("--squeue", default="squeue", show_default=True, help="Slurm: squeue command.")
+@click.option("--sinfo", default="sinfo", show_default=True, help="Slurm: sinfo command.")
+@click.option("--sacct", default="sacct", show_default=True, help="Slurm: sacct command.")
+@click.option("--scontrol", default="scontrol", show_default=True, help="Slurm: scontrol command.")
+@click.option("--flux", "flux_cmd", default="flux", show_default=True, help="Flux: flux command.")
 @click.option("--sim-seed", type=int, default=1, show_default=True)
 @click.option("--sim-jobs", type=int, default=3000, show_default=True)
 @click.option("--sim-nodes", type=int, default=300, show_default=True)
@@ -167,6 +172,11 @@ def collector(
     qstat,
     pbsnodes,
     tz,
+    squeue,
+    sinfo,
+    sacct,
+    scontrol,
+    flux_cmd,
     sim_seed,
     sim_jobs,
     sim_nodes,
@@ -183,12 +193,13 @@ def collector(
     from .service import AlreadyRunning, CollectorService
 
     logs.setup(log_format, log_level)
-    if backend == "pbs":
-        options = dict(
-            prefix=shlex.split(prefix), qstat=qstat, pbsnodes=pbsnodes, timeout=stat_timeout, tz=tz
-        )
-    else:
-        options = dict(seed=sim_seed, jobs=sim_jobs, nodes=sim_nodes, tick=sim_tick)
+    command = dict(prefix=shlex.split(prefix), timeout=stat_timeout)
+    options = {
+        "pbs": lambda: dict(command, qstat=qstat, pbsnodes=pbsnodes, tz=tz),
+        "slurm": lambda: dict(command, squeue=squeue, sinfo=sinfo, sacct=sacct, scontrol=scontrol),
+        "flux": lambda: dict(command, flux=flux_cmd),
+        "sim": lambda: dict(seed=sim_seed, jobs=sim_jobs, nodes=sim_nodes, tick=sim_tick),
+    }[backend]()
     be = make_backend(backend, **options)
     data = connect(redis_url)
     queues = connect(queue_redis, "the queue Redis") if queue_redis else data

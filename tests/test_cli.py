@@ -94,3 +94,18 @@ def _env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith("JOBTAP_")}
+
+
+def test_flux_collector_through_the_standin(redis_server, r, tmp_path):
+    control = tmp_path / "fake-flux.json"
+    control.write_text(
+        f'{{"dir": "{fixtures_dir() / "flux"}", "stage": "07-final", "mode": "ok"}}'
+    )
+    env = {**_env(), "JOBTAP_FAKE_FLUX": str(control)}
+    res = jobtap("collector", "--once", "--backend", "flux", "--flux", str(FAKE_BIN / "flux"),
+                 "--redis", redis_server.url, "--site", "cli4", env=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    res = jobtap("worker", "--burst", "--redis", redis_server.url, "--site", "cli4")
+    assert res.returncode == 0
+    finals = [e for e in site_events(r, "cli4") if e["type"] == "final"]
+    assert len(finals) >= 19

@@ -9,7 +9,7 @@ from .base import Backend, BadRecord, StatError
 
 __all__ = ["Backend", "BadRecord", "StatError", "make_backend", "BACKENDS"]
 
-BACKENDS = ("sim", "pbs")
+BACKENDS = ("sim", "pbs", "slurm", "flux")
 
 
 def make_backend(name: str, **options: Any) -> Backend:
@@ -22,4 +22,12 @@ def make_backend(name: str, **options: Any) -> Backend:
         from .pbs import PBSBackend
 
         return PBSBackend(**options)
+    if name == "slurm":
+        from .slurm import SlurmBackend
+
+        return SlurmBackend(**options)
+    if name == "flux":
+        from .flux import FluxBackend
+
+        return FluxBackend(**options)
     raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")

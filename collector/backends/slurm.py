@@ -1,0 +1,1169 @@
+"""Slurm backend: ``squeue --json``, ``sinfo --json``, ``sacct --json`` (Slurm 22.05+).
+
+Three layers, like the PBS backend, so that captured output of a real Slurm tests
+the first two:
+
+* parsers (``parse_squeue``, ``parse_sinfo``, ``parse_sacct``,
+  ``parse_scontrol_partitions``, ``parse_sacct_exit_codes``): bytes ->
+  ``{id: native record}``.  Output that is not what the command prints, or whose
+  ``errors`` list is not empty, raises :class:`StatError`: with slurmctld down,
+  22.05's ``squeue --json`` still exits 0 and prints ``"jobs": []`` with one entry
+  in ``errors``, which must not read as "every job finished".
+* normalisers (``normalise_job``, ``normalise_node``, ``normalise_queue``): one
+  native record -> the normalised record of ``sdk.schema``, exactly as the PBS
+  backend does (same fields, same rules for times, exit status and reason).
+* :class:`SlurmBackend`: runs the commands (locally or through a prefix such as
+  ``ssh head1``) and feeds the parsers.
+
+Job ids: a plain job is its number (``"12"``); an array task is ``ARRAY_TASK``
+(``"12_3"``), with ``array_parent`` ``"12"`` and ``array_index`` 3.  Slurm shows the
+not-yet-started tasks of an array as one pending record (``array_task_string``
+``"2-5%2"``); it is expanded into one record per task (``12_2`` ... ``12_5``), each a
+copy of it with ``array_task_id`` set and ``array_task_string`` empty, which is how
+Slurm itself prints a task once it has split off.  A task thus keeps its id from
+submission to the end.  (An array of more than ``MAX_ARRAY_TASKS`` pending tasks
+stays one record, ``12_[2-200000]``.)
+
+Job states (``job_state`` of squeue, ``state.current`` of sacct):
+
+=====================================  =========================================
+Slurm                                  normalised
+=====================================  =========================================
+PENDING                                queued; held if the reason is a hold
+                                       (JobHeldUser, JobHeldAdmin,
+                                       JobHoldMaxRequeue) or the priority is 0;
+                                       waiting if the reason is BeginTime
+REQUEUED, REQUEUE_FED                  queued
+REQUEUE_HOLD, SPECIAL_EXIT,            held
+RESV_DEL_HOLD
+RUNNING, CONFIGURING, RESIZING,        running
+SIGNALING
+SUSPENDED, STOPPED                     suspended
+COMPLETING, STAGE_OUT                  exiting
+COMPLETED                              completed
+FAILED, TIMEOUT, NODE_FAIL,            failed
+OUT_OF_MEMORY, BOOT_FAIL, DEADLINE
+CANCELLED, PREEMPTED, REVOKED          cancelled (a job preempted with
+                                       PreemptMode=REQUEUE is never PREEMPTED
+                                       for long: it goes back to PENDING)
+anything else                          unknown
+=====================================  =========================================
+
+Exit status (None until the job is exiting or terminal, and for a job that never
+started): the exit code of the job's batch script; a script killed by signal N
+gives ``256 + N`` (271 for SIGTERM: ``scancel`` of a running job, a time limit),
+the convention of PBS's ``Exit_status``, so that one number means one thing
+whatever the scheduler.  squeue prints it as a wait status (``768`` = exit 3,
+``15`` = SIGTERM).  sacct 22.05's JSON prints every plain non-zero exit as
+``{"status": "SUCCESS", "return_code": 0}``; :meth:`SlurmBackend.history`
+therefore also asks ``sacct -o JobID,ExitCode`` (``"3:0"``) and adds it to the
+record as ``jobtap_exit_codes``.
+
+Reason: the pending reason (``state_reason``) of a queued, held or waiting job,
+verbatim (``Resources``, ``Priority``, ``Dependency``, ``JobHeldUser``,
+``BeginTime``...); Slurm's failure reason of a failed job (``NonZeroExitCode``,
+``TimeLimit``, ``OutOfMemory``, ``NodeDown``, ``RaisedSignal:9``...);
+``"cancelled by USER"`` when sacct names who cancelled; otherwise None.
+
+Times: Slurm prints seconds since the epoch; they become UTC ISO-8601.  A start
+time is only given once the job has started (squeue shows the *expected* start of
+a pending job there), an end time only once it has ended.
+"""
+
+from __future__ import annotations
+
+import pwd
+import re
+import shlex
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from functools import lru_cache
+from itertools import product
+from typing import Any
+
+import orjson
+
+from sdk.schema import (
+    CANCELLED,
+    COMPLETED,
+    EXITING,
+    FAILED,
+    HELD,
+    NODE_BUSY,
+    NODE_DOWN,
+    NODE_DRAIN,
+    NODE_FREE,
+    QUEUED,
+    RUNNING,
+    SUSPENDED,
+    TERMINAL,
+    UNKNOWN,
+    WAITING,
+)
+
+from ..command import run
+from .base import BadRecord, Native, Record, StatError, check_object_id
+
+__all__ = [
+    "JOB_STATES",
+    "MAX_ARRAY_TASKS",
+    "QUEUE_CLOSED",
+    "QUEUE_OPEN",
+    "QUEUE_STOPPED",
+    "SlurmBackend",
+    "expand_hostlist",
+    "expand_task_ids",
+    "exit_status_from_text",
+    "exit_status_from_wait",
+    "job_state",
+    "node_state",
+    "normalise_job",
+    "normalise_node",
+    "normalise_queue",
+    "parse_sacct",
+    "parse_sacct_exit_codes",
+    "parse_scontrol_partitions",
+    "parse_sinfo",
+    "parse_squeue",
+    "partition_state",
+    "slurm_time",
+]
+
+# Queue states: the words of the PBS backend (open: accepts and runs jobs;
+# stopped: accepts jobs but starts none; closed: refuses new jobs).
+QUEUE_OPEN = "open"
+QUEUE_STOPPED = "stopped"
+QUEUE_CLOSED = "closed"
+
+JOB_STATES: dict[str, str] = {
+    "PENDING": QUEUED,
+    "REQUEUED": QUEUED,
+    "REQUEUE_FED": QUEUED,
+    "REQUEUE_HOLD": HELD,
+    "SPECIAL_EXIT": HELD,
+    "RESV_DEL_HOLD": HELD,
+    "RUNNING": RUNNING,
+    "CONFIGURING": RUNNING,
+    "RESIZING": RUNNING,
+    "SIGNALING": RUNNING,
+    "SUSPENDED": SUSPENDED,
+    "STOPPED": SUSPENDED,
+    "COMPLETING": EXITING,
+    "STAGE_OUT": EXITING,
+    "COMPLETED": COMPLETED,
+    "FAILED": FAILED,
+    "TIMEOUT": FAILED,
+    "NODE_FAIL": FAILED,
+    "OUT_OF_MEMORY": FAILED,
+    "BOOT_FAIL": FAILED,
+    "DEADLINE": FAILED,
+    "CANCELLED": CANCELLED,
+    "PREEMPTED": CANCELLED,
+    "REVOKED": CANCELLED,
+}
+HOLD_REASONS = frozenset(
+    {"JobHeldUser", "JobHeldAdmin", "JobHoldMaxRequeue", "launch failed requeued held"}
+)
+WAIT_REASONS = frozenset({"BeginTime"})
+# Slurm's own words for how a job failed, when the record carries no reason.
+_FAIL_REASONS = {
+    "TIMEOUT": "TimeLimit",
+    "NODE_FAIL": "NodeDown",
+    "OUT_OF_MEMORY": "OutOfMemory",
+    "BOOT_FAIL": "BootFail",
+    "DEADLINE": "DeadLine",
+    "PREEMPTED": "Preempted",
+}
+_NOT_STARTED = frozenset({QUEUED, HELD, WAITING})
+_ON_NODES = frozenset({RUNNING, SUSPENDED, EXITING})
+_NO_NODES = frozenset({"", "None assigned", "(null)"})
+
+# Node states: base state of sinfo's JSON (lower case) and its flags.
+_NODE_DOWN_BASES = frozenset({"DOWN", "ERROR"})
+_NODE_DRAIN_FLAGS = frozenset({"DRAIN", "FAIL"})
+_NODE_BUSY_BASES = frozenset({"ALLOCATED", "MIXED"})
+
+# Keys that change at every scheduler pass (or every sinfo) without meaning anything
+# to a reader; SlurmBackend drops them so that polling does not turn every
+# pending job and every node into an update event each cycle.
+VOLATILE_JOB_KEYS = ("last_sched_evaluation",)
+VOLATILE_NODE_KEYS = ("cpu_load", "free_memory")
+
+MAX_ARRAY_TASKS = 100_000
+MAX_TEXT = 65536
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+
+
+# Parsers ---------------------------------------------------------------------------
+def _load(raw: bytes | str, command: str) -> dict[str, Any]:
+    """One ``orjson.loads`` of a whole output: a JSON object with an empty ``errors``."""
+    if not raw or not raw.strip():
+        raise StatError(f"{command} printed nothing (expected a JSON object)")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if isinstance(raw, bytes | bytearray):
+            try:
+                doc = orjson.loads(bytes(raw).decode("utf-8", errors="replace"))
+            except orjson.JSONDecodeError:
+                doc = None
+        else:
+            doc = None
+        if doc is None:
+            text = raw[:80].decode("utf-8", "replace") if isinstance(raw, bytes) else raw[:80]
+            excerpt = " ".join(str(text).split())
+            raise StatError(
+                f"{command} printed output that is not JSON ({exc}): {excerpt!r}"
+            ) from exc
+    if not isinstance(doc, dict):
+        raise StatError(f"{command} printed JSON that is not an object: {type(doc).__name__}")
+    errors = doc.get("errors")
+    if errors:
+        raise StatError(f"{command} reported errors: {_describe_errors(errors)}")
+    return doc
+
+
+def _describe_errors(errors: Any) -> str:
+    if not isinstance(errors, list):
+        return repr(errors)[:300]
+    parts = []
+    for err in errors[:3]:
+        if isinstance(err, dict):
+            words = [str(err[k]) for k in ("source", "description", "error") if err.get(k)]
+            parts.append(": ".join(words) or repr(err)[:100])
+        else:
+            parts.append(repr(err)[:100])
+    return "; ".join(parts)[:300]
+
+
+def _records(doc: dict[str, Any], key: str, command: str) -> list[Any]:
+    items = doc.get(key)
+    if items is None:
+        raise StatError(f"{command} printed no {key!r} list")
+    if not isinstance(items, list):
+        raise StatError(f"{command} printed {key!r} as {type(items).__name__}, expected a list")
+    return items
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def expand_task_ids(spec: str, limit: int = MAX_ARRAY_TASKS) -> list[int] | None:
+    """Slurm's array task string as task ids: ``"2-5%2"`` -> [2, 3, 4, 5],
+    ``"1,3,7-11:2"`` -> [1, 3, 7, 9, 11].  None if it does not parse or holds
+    more than ``limit`` tasks."""
+    spec = spec.partition("%")[0].strip()
+    if not spec:
+        return None
+    ids: list[int] = []
+    for part in spec.split(","):
+        rng, _, step_text = part.partition(":")
+        first, dash, last = rng.partition("-")
+        try:
+            lo = int(first)
+            hi = int(last) if dash else lo
+            step = int(step_text) if step_text else 1
+        except ValueError:
+            return None
+        if lo < 0 or hi < lo or step < 1:
+            return None
+        if len(ids) + (hi - lo) // step + 1 > limit:
+            return None
+        ids.extend(range(lo, hi + 1, step))
+    return ids
+
+
+def _squeue_id(job: dict[str, Any]) -> str | None:
+    job_id = _int(job.get("job_id"))
+    if job_id is None or job_id < 0:
+        return None
+    array_id = _int(job.get("array_job_id")) or 0
+    task = _int(job.get("array_task_id"))
+    if array_id and task is not None:
+        return f"{array_id}_{task}"
+    return str(job_id)
+
+
+def parse_squeue(raw: bytes | str) -> dict[str, Native]:
+    """``squeue --json`` -> ``{job id: native record}``.
+
+    The pending record of an array's tasks that have not started is expanded into
+    one record per task (see the module's docstring).  A record without a usable
+    ``job_id`` is kept under ``"?INDEX"`` so that the normaliser reports it.
+    """
+    jobs = _records(_load(raw, "squeue"), "jobs", "squeue")
+    out: dict[str, Native] = {}
+    pending_arrays: list[tuple[int, dict[str, Any]]] = []
+    for index, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            out[f"?{index}"] = job
+            continue
+        array_id = _int(job.get("array_job_id")) or 0
+        spec = job.get("array_task_string")
+        if array_id and job.get("array_task_id") is None and isinstance(spec, str) and spec:
+            pending_arrays.append((array_id, job))
+            continue
+        job_id = _squeue_id(job)
+        out[job_id if job_id is not None else f"?{index}"] = job
+    for array_id, job in pending_arrays:
+        spec = job["array_task_string"]
+        tasks = expand_task_ids(spec)
+        if tasks is None:
+            out.setdefault(f"{array_id}_[{spec}]", job)
+            continue
+        for task in tasks:
+            # A task that already split off (its own record) wins over the copy.
+            out.setdefault(
+                f"{array_id}_{task}", {**job, "array_task_id": task, "array_task_string": ""}
+            )
+    return out
+
+
+def parse_sinfo(raw: bytes | str) -> dict[str, Native]:
+    """``sinfo --json`` -> ``{node name: native record}`` (22.05 lists nodes only)."""
+    nodes = _records(_load(raw, "sinfo"), "nodes", "sinfo")
+    out: dict[str, Native] = {}
+    for index, node in enumerate(nodes):
+        name = node.get("name") if isinstance(node, dict) else None
+        out[name if isinstance(name, str) and name else f"?{index}"] = node
+    return out
+
+
+def _sacct_id(job: dict[str, Any]) -> str | None:
+    job_id = _int(job.get("job_id"))
+    if job_id is None or job_id < 0:
+        return None
+    array = job.get("array")
+    if isinstance(array, dict):
+        array_id = _int(array.get("job_id")) or 0
+        task = _int(array.get("task_id"))
+        if array_id and task is not None:
+            return f"{array_id}_{task}"
+    return str(job_id)
+
+
+def parse_sacct(raw: bytes | str) -> dict[str, Native]:
+    """``sacct --json`` -> ``{job id: native record}``.
+
+    Job steps are nested in their job's record (``steps``); the job's own record
+    is the one kept.  Array tasks are ``ARRAY_TASK``; a record of tasks that never
+    started (``array.task`` = ``"1-4"``) is expanded like squeue's.
+    """
+    jobs = _records(_load(raw, "sacct"), "jobs", "sacct")
+    out: dict[str, Native] = {}
+    for index, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            out[f"?{index}"] = job
+            continue
+        array = job.get("array") if isinstance(job.get("array"), dict) else {}
+        array_id = _int(array.get("job_id")) or 0
+        spec = array.get("task")
+        if array_id and array.get("task_id") is None and isinstance(spec, str) and spec:
+            tasks = expand_task_ids(spec)
+            if tasks is not None:
+                for task in tasks:
+                    copy = {**array, "task_id": task, "task": None}
+                    out.setdefault(f"{array_id}_{task}", {**job, "array": copy})
+                continue
+        job_id = _sacct_id(job)
+        # sacct lists a requeued job once per run with --duplicates: the last one wins.
+        out[job_id if job_id is not None else f"?{index}"] = job
+    return out
+
+
+def parse_sacct_exit_codes(raw: bytes | str) -> dict[str, dict[str, str]]:
+    """``sacct -n -P -o JobID,ExitCode`` -> ``{job id: {"job": "3:0", "batch": "3:0"}}``.
+
+    The job's own line gives ``job``, its ``.batch`` step ``batch``; other steps
+    are ignored.  ``ExitCode`` is ``EXIT:SIGNAL``.
+    """
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 2 or not fields[0]:
+            continue
+        job_id, _, step = fields[0].partition(".")
+        code = fields[1].strip()
+        if not re.fullmatch(r"\d+:\d+", code):
+            continue
+        if not step:
+            out.setdefault(job_id, {})["job"] = code
+        elif step == "batch":
+            out.setdefault(job_id, {})["batch"] = code
+    return out
+
+
+def _key_values(line: str) -> dict[str, str]:
+    """``Key=Value Key=Value`` (scontrol ``-o``).  A word without ``=`` continues the
+    previous value (``OS=Linux 6.1 #1 SMP``)."""
+    out: dict[str, str] = {}
+    last: str | None = None
+    for word in line.split():
+        key, eq, value = word.partition("=")
+        if eq and key and key[0].isalpha():
+            out[key] = value
+            last = key
+        elif last is not None:
+            out[last] = f"{out[last]} {word}"
+    return out
+
+
+def parse_scontrol_partitions(raw: bytes | str) -> dict[str, Native]:
+    """``scontrol show partition -o`` -> ``{partition: {Key: Value}}`` (22.05's
+    scontrol has no ``--json``; values are kept as printed, as text)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
+    out: dict[str, Native] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("No partitions"):
+            continue
+        fields = _key_values(line)
+        name = fields.get("PartitionName")
+        if not name:
+            raise StatError(f"scontrol show partition printed an unexpected line: {line[:80]!r}")
+        out[name] = fields
+    return out
+
+
+# Field helpers ---------------------------------------------------------------------
+def slurm_time(value: Any) -> str | None:
+    """Seconds since the epoch as UTC ISO-8601 with offset; None for 0, absent or odd."""
+    seconds = _int(value)
+    if seconds is None or seconds <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _text(native: Native, key: str) -> str | None:
+    """A text attribute; the empty string is None."""
+    value = native.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            raise BadRecord(f"{key} longer than {MAX_TEXT} characters")
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    raise BadRecord(f"{key} is a {type(value).__name__}, expected text: {value!r:.80}")
+
+
+def _mapping(native: Native, key: str) -> dict[str, Any]:
+    value = native.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRecord(f"{key} is a {type(value).__name__}, expected an object")
+    return value
+
+
+def _hostlist_items(text: str) -> Iterator[str]:
+    """Split at the commas that are not inside brackets."""
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            yield text[start:i]
+            start = i + 1
+    yield text[start:]
+
+
+def _expand_ranges(body: str) -> list[str]:
+    values: list[str] = []
+    for part in body.split(","):
+        first, dash, last = part.partition("-")
+        if not dash:
+            values.append(first)
+            continue
+        width = len(first)
+        lo, hi = int(first), int(last)
+        if hi < lo or hi - lo > 100_000:
+            raise ValueError(part)
+        values.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+    return values
+
+
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+
+
+@lru_cache(maxsize=4096)
+def _expand_one(item: str) -> tuple[str, ...]:
+    pieces = _BRACKET.split(item)  # text, ranges, text, ranges, ..., text
+    choices: list[list[str]] = []
+    for i, piece in enumerate(pieces):
+        choices.append(_expand_ranges(piece) if i % 2 else [piece])
+    return tuple("".join(combo) for combo in product(*choices))
+
+
+def expand_hostlist(value: Any) -> list[str]:
+    """Slurm's host list as names: ``"n[1-3],gpu01"`` -> ``["n1", "n2", "n3", "gpu01"]``;
+    zero padding (``n[01-02]``) and several brackets (``r[1-2]n[1-2]``) too.  An
+    empty list for ``""``, ``"None assigned"`` or anything else that is not text;
+    a malformed part is kept as printed."""
+    if not isinstance(value, str) or value.strip() in _NO_NODES:
+        return []
+    names: dict[str, None] = {}
+    for item in _hostlist_items(value.strip()):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            expanded = _expand_one(item) if "[" in item else (item,)
+        except ValueError:
+            expanded = (item,)
+        for name in expanded:
+            names[name] = None
+    return list(names)
+
+
+def exit_status_from_wait(value: Any) -> int | None:
+    """squeue's ``exit_code`` (a wait status) as an exit status: ``768`` -> 3,
+    ``15`` (killed by SIGTERM) -> 271 (256 + signal)."""
+    status = _int(value)
+    if status is None or status < 0 or status > 0xFFFF:
+        return None
+    signal = status & 0x7F
+    if signal and signal != 0x7F:
+        return 256 + signal
+    return (status >> 8) & 0xFF
+
+
+def exit_status_from_text(value: Any) -> int | None:
+    """sacct's ``ExitCode`` text ``"EXIT:SIGNAL"``: ``"3:0"`` -> 3, ``"0:9"`` -> 265."""
+    if not isinstance(value, str):
+        return None
+    code, _, signal = value.partition(":")
+    code_n, signal_n = _int(code), _int(signal) if signal else 0
+    if code_n is None or signal_n is None:
+        return None
+    return 256 + signal_n if signal_n else code_n
+
+
+def _exit_from_json(value: Any) -> int | None:
+    """sacct's JSON ``exit_code`` object (trusted for signals only, see above)."""
+    if not isinstance(value, dict):
+        return None
+    status = value.get("status")
+    signal = value.get("signal")
+    if status == "SIGNALED" and isinstance(signal, dict):
+        number = _int(signal.get("signal_id"))
+        if number:
+            return 256 + number
+    if status == "PENDING":
+        return None
+    return _int(value.get("return_code"))
+
+
+def _walltime(minutes: Any) -> str | None:
+    """A time limit in minutes as ``HH:MM:SS`` (PBS's walltime format); None = no limit."""
+    m = _int(minutes)
+    if m is None or m < 0 or m >= 0xFFFFFFFE:
+        return None
+    return f"{m // 60:02d}:{m % 60:02d}:00"
+
+
+def _duration(seconds: Any) -> str | None:
+    s = _int(seconds)
+    if s is None or s < 0:
+        return None
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _tres(value: Any) -> dict[str, str]:
+    """``"cpu=16,mem=4000M,node=4"`` -> ``{"cpu": "16", "mem": "4000M", "node": "4"}``."""
+    out: dict[str, str] = {}
+    if isinstance(value, str):
+        for part in value.split(","):
+            key, eq, val = part.partition("=")
+            if eq and key:
+                out[key.strip()] = val.strip()
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _user_of_uid(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
+
+
+# Jobs ------------------------------------------------------------------------------
+def job_state(native_state: Any, reason: Any = None, priority: Any = None) -> str:
+    """The normalised state of a Slurm job state (see the module's table)."""
+    if not isinstance(native_state, str) or not native_state:
+        raise BadRecord(f"job state missing or not a string: {native_state!r:.40}")
+    word = native_state.split()[0].upper()  # sacct's text form says "CANCELLED by 0"
+    state = JOB_STATES.get(word, UNKNOWN)
+    if state == QUEUED and word == "PENDING":
+        if reason in HOLD_REASONS or _int(priority) == 0:
+            return HELD
+        if reason in WAIT_REASONS:
+            return WAITING
+    return state
+
+
+def _user(name: Any, uid: Any) -> str:
+    user = name if isinstance(name, str) and name else None
+    if user is None:
+        number = _int(uid)
+        user = _user_of_uid(number) if number is not None and number >= 0 else None
+        if user is None and number is not None and number >= 0:
+            user = str(number)
+    if not user:
+        raise BadRecord(f"no user (user_name={name!r:.40}, user_id={uid!r:.20})")
+    return check_object_id(user, "job owner")
+
+
+def _reason(state: str, word: str, slurm_reason: str | None, exit_status: int | None,
+            killer: str | None) -> str | None:  # fmt: skip
+    """Why the job is where it is (see the module's docstring)."""
+    reason = None if slurm_reason in (None, "", "None") else slurm_reason
+    if state in _NOT_STARTED:
+        return reason
+    if state == SUSPENDED:
+        return reason
+    if state == FAILED:
+        if reason and reason not in HOLD_REASONS and reason not in WAIT_REASONS:
+            return reason
+        if word in _FAIL_REASONS:
+            return _FAIL_REASONS[word]
+        if exit_status is not None and exit_status > 256:
+            return f"RaisedSignal:{exit_status - 256}"
+        return "NonZeroExitCode" if exit_status else None
+    if state == CANCELLED:
+        if killer:
+            return f"cancelled by {killer}"
+        return _FAIL_REASONS.get(word)
+    return None
+
+
+def _array_fields(job_id: str, parent: int, task: Any) -> tuple[str | None, int | None]:
+    if not parent:
+        return None, None
+    index = _int(task)
+    if index is None:
+        head, sep, tail = job_id.partition("_")
+        index = _int(tail) if sep else None
+    return str(parent), index
+
+
+def _normalise_squeue(job_id: str, native: Native, scheduler: str) -> Record:
+    word = native.get("job_state")
+    slurm_reason = native.get("state_reason")
+    state = job_state(word, slurm_reason, native.get("priority"))
+    word = word.split()[0].upper()
+    user = _user(native.get("user_name"), native.get("user_id"))
+    resources = native.get("job_resources")
+    nodes = resources.get("nodes") if isinstance(resources, dict) else None
+    allocated = expand_hostlist(nodes if isinstance(nodes, str) and nodes else native.get("nodes"))
+    ran = bool(allocated) or bool(native.get("batch_host"))
+    started = ran and state not in _NOT_STARTED
+    ended = state in TERMINAL or state == EXITING
+    exit_status = exit_status_from_wait(native.get("exit_code")) if ended and ran else None
+    start, end = _int(native.get("start_time")), _int(native.get("end_time"))
+    tres = _tres(native.get("tres_req_str"))
+    used: dict[str, Any] = {}
+    if state in TERMINAL and started and start and end and end >= start:
+        used["walltime"] = _duration(end - start)
+    array_parent, array_index = _array_fields(
+        job_id, _int(native.get("array_job_id")) or 0, native.get("array_task_id")
+    )
+    return {
+        "id": job_id,
+        "scheduler": scheduler,
+        "user": user,
+        "group": _text(native, "group_name"),
+        "account": _text(native, "account"),
+        "name": _text(native, "name"),
+        "queue": _text(native, "partition"),
+        "state": state,
+        "native_state": native["job_state"],
+        "reason": _reason(state, word, _text(native, "state_reason"), exit_status, None),
+        "comment": _text(native, "comment"),
+        "submit_time": slurm_time(native.get("submit_time")),
+        "start_time": slurm_time(start) if started else None,
+        "end_time": slurm_time(end) if ended and end else None,
+        "exit_status": exit_status,
+        "requested": {
+            "ncpus": _int(native.get("cpus")) or _int(tres.get("cpu")),
+            "nodes": _int(native.get("node_count")) or _int(tres.get("node")),
+            "mem": tres.get("mem"),
+            "walltime": _walltime(native.get("time_limit")),
+            "select": None,
+        },
+        "allocated": allocated,
+        "resources_used": used,
+        "array_parent": array_parent,
+        "array_index": array_index,
+        "priority": _int(native.get("priority")),
+        "native": native,
+    }
+
+
+def _tres_list(value: Any) -> dict[str, int]:
+    """sacct's ``tres.requested``: ``[{"type": "cpu", "count": 1}, ...]`` -> ``{"cpu": 1}``."""
+    out: dict[str, int] = {}
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and isinstance(item.get("type"), str):
+                count = _int(item.get("count"))
+                if count is not None:
+                    out[item["type"]] = count
+    return out
+
+
+def _sacct_exit(native: Native, word: str) -> int | None:
+    """The job's exit status from a sacct record: the text codes that history adds
+    (the batch script's, else the job's); failing those, the JSON (the batch
+    step's, else the job's), except a zero for a job that did not complete:
+    22.05's JSON prints every plain non-zero exit as 0, so that zero means
+    "unknown" (None)."""
+    codes = native.get("jobtap_exit_codes")
+    if isinstance(codes, dict):
+        for key in ("batch", "job"):
+            status = exit_status_from_text(codes.get(key))
+            if status is not None:
+                return status
+    status = None
+    steps = native.get("steps")
+    if isinstance(steps, list):
+        for step in steps:
+            if isinstance(step, dict) and (step.get("step") or {}).get("id") == "batch":
+                status = _exit_from_json(step.get("exit_code"))
+                break
+    if status is None:
+        status = _exit_from_json(native.get("exit_code"))
+    if status == 0 and word != "COMPLETED":
+        return None
+    return status
+
+
+def _normalise_sacct(job_id: str, native: Native, scheduler: str) -> Record:
+    state_obj = _mapping(native, "state")
+    word = state_obj.get("current")
+    slurm_reason = state_obj.get("reason")
+    state = job_state(word, slurm_reason, native.get("priority"))
+    word = word.split()[0].upper()
+    user = _user(native.get("user"), None)
+    times = _mapping(native, "time")
+    allocated = expand_hostlist(native.get("nodes"))
+    start, end = _int(times.get("start")), _int(times.get("end"))
+    ran = bool(allocated) and bool(start)
+    started = ran and state not in _NOT_STARTED
+    ended = state in TERMINAL or state == EXITING
+    exit_status = _sacct_exit(native, word) if ended and ran else None
+    tres = _tres_list(_mapping(native, "tres").get("requested"))
+    required = _mapping(native, "required")
+    used: dict[str, Any] = {}
+    if state in TERMINAL and started:
+        elapsed = _duration(times.get("elapsed"))
+        if elapsed is not None:
+            used["walltime"] = elapsed
+        total = _mapping(times, "total")
+        if "seconds" in total:
+            used["cput"] = _duration(total.get("seconds"))
+    comment = native.get("comment")
+    comment_text = comment.get("job") if isinstance(comment, dict) else comment
+    array = _mapping(native, "array")
+    array_parent, array_index = _array_fields(
+        job_id, _int(array.get("job_id")) or 0, array.get("task_id")
+    )
+    killer = native.get("kill_request_user")
+    mem = tres.get("mem")
+    return {
+        "id": job_id,
+        "scheduler": scheduler,
+        "user": user,
+        "group": _text(native, "group"),
+        "account": _text(native, "account"),
+        "name": _text(native, "name"),
+        "queue": _text(native, "partition"),
+        "state": state,
+        "native_state": state_obj.get("current"),
+        "reason": _reason(
+            state,
+            word,
+            slurm_reason if isinstance(slurm_reason, str) else None,
+            exit_status,
+            killer if isinstance(killer, str) and killer else None,
+        ),
+        "comment": comment_text if isinstance(comment_text, str) and comment_text else None,
+        "submit_time": slurm_time(times.get("submission")),
+        "start_time": slurm_time(start) if started else None,
+        "end_time": slurm_time(end) if ended and end else None,
+        "exit_status": exit_status,
+        "requested": {
+            "ncpus": _int(required.get("CPUs")) or tres.get("cpu"),
+            "nodes": tres.get("node") or _int(native.get("allocation_nodes")) or None,
+            "mem": f"{mem}M" if mem else None,
+            "walltime": _walltime(times.get("limit")),
+            "select": None,
+        },
+        "allocated": allocated,
+        "resources_used": used,
+        "array_parent": array_parent,
+        "array_index": array_index,
+        "priority": _int(native.get("priority")),
+        "native": native,
+    }
+
+
+def normalise_job(
+    job_id: str, native: Native, *, scheduler: str = "slurm", tz: str | None = None
+) -> Record:
+    """One job of ``squeue --json`` or of ``sacct --json`` as a normalised record.
+
+    ``tz`` is accepted for the common signature and ignored: Slurm prints epoch
+    seconds.  ``native`` is the record itself, not a copy, and is not modified.
+    """
+    check_object_id(job_id, "job id")
+    if not isinstance(native, dict):
+        raise BadRecord(f"job record is a {type(native).__name__}, expected an object")
+    number = native.get("job_id")
+    if _int(number) is None or isinstance(number, str):
+        raise BadRecord(f"job_id missing or not a number: {number!r:.40}")
+    if "job_state" in native:
+        return _normalise_squeue(job_id, native, scheduler)
+    if isinstance(native.get("state"), dict):
+        return _normalise_sacct(job_id, native, scheduler)
+    raise BadRecord("neither a squeue record (job_state) nor a sacct record (state)")
+
+
+# Nodes -----------------------------------------------------------------------------
+def node_state(base: Any, flags: Any = ()) -> str:
+    """sinfo's ``state`` and ``state_flags`` -> the normalised node state.
+
+    down (DOWN, ERROR) beats drain (the DRAIN flag: drained or draining; FAIL)
+    beats busy (ALLOCATED, MIXED, or COMPLETING) beats free (IDLE); anything else
+    (FUTURE, UNKNOWN) is unknown.  Slurm has no "offline".  NOT_RESPONDING alone
+    changes nothing: slurmctld sets it for a moment on every ``state=resume`` (it
+    pings the node), and marks a node that stays silent DOWN itself after
+    SlurmdTimeout; the flag shows in ``native_state`` (``IDLE+NOT_RESPONDING``).
+    """
+    if not isinstance(base, str) or not base:
+        raise BadRecord(f"node state missing or not a string: {base!r:.40}")
+    word = base.upper()
+    flag_set = (
+        {f.upper() for f in flags if isinstance(f, str)} if isinstance(flags, list) else set()
+    )
+    if word in _NODE_DOWN_BASES:
+        return NODE_DOWN
+    if flag_set & _NODE_DRAIN_FLAGS:
+        return NODE_DRAIN
+    if word in _NODE_BUSY_BASES or (word == "IDLE" and "COMPLETING" in flag_set):
+        return NODE_BUSY
+    if word == "IDLE":
+        return NODE_FREE
+    return UNKNOWN
+
+
+def normalise_node(
+    name: str, native: Native, *, scheduler: str = "slurm", tz: str | None = None
+) -> Record:
+    """One node of ``sinfo --json`` as a normalised record.
+
+    ``native_state`` reads like scontrol's (``MIXED+DRAIN``).  ``jobs`` are the
+    ids of the jobs running there, which :class:`SlurmBackend` adds to the record
+    as ``jobtap_jobs`` from the same cycle's squeue (sinfo does not list them).
+    """
+    check_object_id(name, "node name")
+    if not isinstance(native, dict):
+        raise BadRecord(f"node record is a {type(native).__name__}, expected an object")
+    base = native.get("state")
+    flags = native.get("state_flags")
+    state = node_state(base, flags)
+    flag_words = [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
+    jobs = native.get("jobtap_jobs")
+    return {
+        "id": name,
+        "scheduler": scheduler,
+        "state": state,
+        "native_state": "+".join([base.upper(), *flag_words]),
+        "reason": _text(native, "reason"),
+        "jobs": [j for j in jobs if isinstance(j, str)] if isinstance(jobs, list) else [],
+        "resources": {
+            "available": {
+                "cpus": _int(native.get("cpus")),
+                "mem": _int(native.get("real_memory")),
+                "gres": _text(native, "gres"),
+                "features": _text(native, "active_features"),
+                "partitions": native.get("partitions") or [],
+            },
+            "assigned": {
+                "cpus": _int(native.get("alloc_cpus")),
+                "mem": _int(native.get("alloc_memory")),
+                "gres": _text(native, "gres_used"),
+            },
+        },
+        "native": native,
+    }
+
+
+# Queues (partitions) ---------------------------------------------------------------
+_PARTITION_STATES = {
+    "UP": QUEUE_OPEN,
+    "DOWN": QUEUE_STOPPED,
+    "DRAIN": QUEUE_CLOSED,
+    "INACTIVE": QUEUE_CLOSED,
+}
+
+
+def partition_state(value: Any) -> str:
+    """``State=`` of a partition: UP -> open; DOWN (accepts jobs, starts none) ->
+    stopped; DRAIN (refuses new jobs, runs its own) and INACTIVE -> closed."""
+    if not isinstance(value, str) or not value:
+        raise BadRecord(f"partition State missing: {value!r:.40}")
+    return _PARTITION_STATES.get(value.upper(), UNKNOWN)
+
+
+def _number_or_text(value: Any) -> int | str | None:
+    if value is None or value == "":
+        return None
+    number = _int(value)
+    return number if number is not None else value
+
+
+def normalise_queue(
+    name: str, native: Native, *, scheduler: str = "slurm", tz: str | None = None
+) -> Record:
+    """One partition of ``scontrol show partition -o`` as a normalised queue record.
+
+    ``counts`` are the active jobs by normalised state and their ``total``, which
+    :class:`SlurmBackend` adds as ``jobtap_counts`` from the same cycle's squeue.
+    """
+    check_object_id(name, "queue name")
+    if not isinstance(native, dict):
+        raise BadRecord(f"queue record is a {type(native).__name__}, expected an object")
+    native_state = native.get("State")
+    counts = native.get("jobtap_counts")
+    return {
+        "id": name,
+        "scheduler": scheduler,
+        "state": partition_state(native_state),
+        "native_state": native_state,
+        "counts": dict(counts) if isinstance(counts, dict) else {},
+        "resources": {
+            "available": {
+                "cpus": _number_or_text(native.get("TotalCPUs")),
+                "nodes": _number_or_text(native.get("TotalNodes")),
+                "tres": native.get("TRES"),
+                "node_list": native.get("Nodes"),
+            },
+            "max": {
+                "walltime": native.get("MaxTime"),
+                "nodes": _number_or_text(native.get("MaxNodes")),
+                "cpus_per_node": _number_or_text(native.get("MaxCPUsPerNode")),
+                "mem_per_node": native.get("MaxMemPerNode"),
+            },
+            "default": {"walltime": native.get("DefaultTime")},
+        },
+        "native": native,
+    }
+
+
+# The backend -----------------------------------------------------------------------
+class SlurmBackend:
+    """Slurm through its commands: ``squeue --json`` (jobs), ``sinfo --json``
+    (nodes), ``scontrol show partition -o`` (queues), ``sacct --json`` (history).
+
+    ``prefix``: a command prefix such as ``"ssh head1"`` (a string is split with
+    shlex; words are shell-quoted when it runs ssh).  ``squeue``, ``sinfo``,
+    ``sacct``, ``scontrol``: the commands.  ``timeout``: seconds per command.
+    ``history_batch``: job ids per sacct call.  ``drop_volatile``: leave out the
+    keys that change at every scheduler pass (``last_sched_evaluation`` of jobs,
+    ``cpu_load`` and ``free_memory`` of nodes), so that they do not make every
+    pending job and every node an update event each cycle.
+
+    ``stat_nodes`` and ``stat_queues`` use the jobs of the latest ``stat_jobs`` (this
+    cycle's or, when the collector stats nodes first, the previous one's) to add
+    each node's running jobs (``jobtap_jobs``) and each partition's job counts
+    (``jobtap_counts``); before any job stat they add neither.
+    """
+
+    scheduler: str
+
+    def __init__(
+        self,
+        *,
+        prefix: str | Sequence[str] = (),
+        squeue: str = "squeue",
+        sinfo: str = "sinfo",
+        sacct: str = "sacct",
+        scontrol: str = "scontrol",
+        timeout: float = 60.0,
+        scheduler: str = "slurm",
+        history_batch: int = 500,
+        drop_volatile: bool = True,
+    ) -> None:
+        self.prefix: list[str] = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
+        self.squeue = squeue
+        self.sinfo = sinfo
+        self.sacct = sacct
+        self.scontrol = scontrol
+        self.timeout = float(timeout)
+        self.scheduler = scheduler
+        if history_batch < 1:
+            raise ValueError("history_batch must be at least 1")
+        self.history_batch = int(history_batch)
+        self.drop_volatile = bool(drop_volatile)
+        self._quote = bool(self.prefix) and self.prefix[0].rpartition("/")[2] == "ssh"
+        self._last_jobs: dict[str, Native] | None = None
+
+    def __repr__(self) -> str:
+        where = f" via {shlex.join(self.prefix)!r}" if self.prefix else ""
+        return f"SlurmBackend({self.squeue!r}{where})"
+
+    # Running -------------------------------------------------------------------
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """The words handed to the prefix (shell-quoted when it is ssh)."""
+        return [shlex.quote(word) for word in argv] if self._quote else list(argv)
+
+    def _run(self, argv: Sequence[str]) -> bytes:
+        return run(self.command(argv), prefix=self.prefix, timeout=self.timeout)
+
+    # Stats ---------------------------------------------------------------------
+    def stat_jobs(self) -> dict[str, Native]:
+        jobs = parse_squeue(self._run([self.squeue, "--json"]))
+        if self.drop_volatile:
+            for native in jobs.values():
+                if isinstance(native, dict):
+                    for key in VOLATILE_JOB_KEYS:
+                        native.pop(key, None)
+        self._last_jobs = jobs
+        return jobs
+
+    def stat_nodes(self) -> dict[str, Native]:
+        nodes = parse_sinfo(self._run([self.sinfo, "--json"]))
+        on_node = self._jobs_by_node() if self._last_jobs is not None else None
+        for name, native in nodes.items():
+            if not isinstance(native, dict):
+                continue
+            if self.drop_volatile:
+                for key in VOLATILE_NODE_KEYS:
+                    native.pop(key, None)
+            if on_node is not None:
+                native["jobtap_jobs"] = on_node.get(name, [])
+        return nodes
+
+    def stat_queues(self) -> dict[str, Native]:
+        partitions = parse_scontrol_partitions(
+            self._run([self.scontrol, "show", "partition", "-o"])
+        )
+        if self._last_jobs is not None:
+            counts = self._counts_by_partition()
+            for name, native in partitions.items():
+                native["jobtap_counts"] = counts.get(name, {"total": 0})
+        return partitions
+
+    def _jobs_by_node(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for job_id, native in (self._last_jobs or {}).items():
+            if not isinstance(native, dict):
+                continue
+            try:
+                state = job_state(native.get("job_state"), None, None)
+            except BadRecord:
+                continue
+            if state not in _ON_NODES:
+                continue
+            resources = native.get("job_resources")
+            nodes = resources.get("nodes") if isinstance(resources, dict) else None
+            for node in expand_hostlist(nodes or native.get("nodes")):
+                out.setdefault(node, []).append(job_id)
+        return out
+
+    def _counts_by_partition(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for native in (self._last_jobs or {}).values():
+            if not isinstance(native, dict):
+                continue
+            try:
+                state = job_state(
+                    native.get("job_state"), native.get("state_reason"), native.get("priority")
+                )
+            except BadRecord:
+                continue
+            if state in TERMINAL:
+                continue
+            partitions = native.get("partition")
+            for partition in partitions.split(",") if isinstance(partitions, str) else ():
+                counts = out.setdefault(partition, {"total": 0})
+                counts[state] = counts.get(state, 0) + 1
+                counts["total"] += 1
+        return out
+
+    def history(self, job_ids: Iterable[str]) -> dict[str, Native]:
+        """Final records of jobs from ``sacct --json -j ID,ID,...``, for the ids the
+        accounting database knows; the others are absent from the result.
+
+        For the jobs that ended other than COMPLETED, one more call, ``sacct -n -P
+        -o JobID,ExitCode -j ...``, supplies the exit codes that 22.05's JSON
+        prints as 0 (added to the record as ``jobtap_exit_codes``).
+        """
+        wanted: list[str] = []
+        seen: set[str] = set()
+        for job_id in job_ids:
+            # Only plain ids and array tasks reach the command line.
+            if isinstance(job_id, str) and job_id not in seen and _JOB_ID.match(job_id):
+                seen.add(job_id)
+                wanted.append(job_id)
+        found: dict[str, Native] = {}
+        for start in range(0, len(wanted), self.history_batch):
+            batch = wanted[start : start + self.history_batch]
+            ids = ",".join(batch)
+            records = parse_sacct(self._run([self.sacct, "--json", "-j", ids]))
+            records = {job_id: records[job_id] for job_id in batch if job_id in records}
+            unsure = [job_id for job_id, native in records.items() if _exit_unsure(native)]
+            if unsure:
+                out = self._run(
+                    [self.sacct, "-n", "-P", "-o", "JobID,ExitCode", "-j", ",".join(unsure)]
+                )
+                codes = parse_sacct_exit_codes(out)
+                for job_id in unsure:
+                    if job_id in codes:
+                        records[job_id] = {**records[job_id], "jobtap_exit_codes": codes[job_id]}
+            found.update(records)
+        return found
+
+    # Normalising ---------------------------------------------------------------
+    def normalise_job(self, job_id: str, native: Native) -> Record:
+        return normalise_job(job_id, native, scheduler=self.scheduler)
+
+    def normalise_node(self, name: str, native: Native) -> Record:
+        return normalise_node(name, native, scheduler=self.scheduler)
+
+    def normalise_queue(self, name: str, native: Native) -> Record:
+        return normalise_queue(name, native, scheduler=self.scheduler)
+
+
+def _exit_unsure(native: Any) -> bool:
+    """A sacct record whose JSON exit code may be wrong: it ended other than
+    COMPLETED (22.05 prints a non-zero exit as SUCCESS/0)."""
+    if not isinstance(native, dict):
+        return False
+    state = native.get("state")
+    word = state.get("current") if isinstance(state, dict) else None
+    if not isinstance(word, str) or not word:
+        return False
+    word = word.split()[0].upper()
+    return JOB_STATES.get(word) in TERMINAL and word != "COMPLETED"
