@@ -491,7 +491,15 @@ class Dispatcher:
                 self._backlog = True
                 return
             try:
-                msg = ps.get_message(timeout=0.0)
+                # Only read when something has arrived, and then read a whole
+                # message: redis-py's get_message(timeout=0) applies the zero
+                # timeout to the read itself and fails on a large message that
+                # arrives in pieces ("Timeout reading from socket").
+                conn = ps.connection
+                if conn is None or not conn.can_read(timeout=0):
+                    msg = None
+                else:
+                    msg = ps.get_message(timeout=None)
             except TRANSIENT as exc:
                 raise LinkDown(link, exc) from exc
             except redis.ResponseError as exc:

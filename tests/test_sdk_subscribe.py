@@ -248,3 +248,75 @@ def test_closed_client_refuses_new_subscriptions(redis_server, hermetic):
     c.close()
     with pytest.raises(sdk.JobtapError, match="closed"):
         c.subscribe(print, user="alice")
+
+
+class TrickleProxy:
+    """A loopback TCP proxy in front of Redis that hands the server's replies to
+    the client a few hundred bytes at a time, so messages arrive in pieces."""
+
+    def __init__(self, port: int, piece: int = 512, pause: float = 0.0005):
+        import socket
+
+        self.target, self.piece, self.pause = port, piece, pause
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(
+                target=self._pipe, args=(client, upstream, 65536, 0), daemon=True
+            ).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, self.piece, self.pause),
+                             daemon=True).start()  # fmt: skip
+
+    def _pipe(self, src, dst, piece: int, pause: float) -> None:
+        try:
+            while data := src.recv(piece):
+                dst.sendall(data)
+                if pause:
+                    time.sleep(pause)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+
+
+def test_large_events_arriving_in_pieces_do_not_break_the_link(redis_server, writer, hermetic,
+                                                               caplog):  # fmt: skip
+    """A large event reaches the socket in pieces; reading it must wait for the
+    whole message rather than give up and reconnect."""
+    proxy = TrickleProxy(redis_server.port)
+    client = sdk.Client(f"redis://127.0.0.1:{proxy.port}/0", site=K.site, backoff=(0.05, 0.5))
+    try:
+        rec = Recorder()
+        sub = client.subscribe(rec, user="alice")
+        writer.job("1.pbs", "alice")
+        rec.wait_count(1)
+        with caplog.at_level(logging.WARNING, logger="jobtap"):
+            for i in range(3):
+                writer.job("1.pbs", comment=f"{i}" + "x" * 200_000)
+            rec.wait_for(lambda changes: len(changes) >= 4, timeout=60)
+        assert rec.versions("1.pbs") == [1, 2, 3, 4]
+        assert sub.resyncs == 0
+        assert "lost the pub/sub connection" not in caplog.text
+        sub.close()
+    finally:
+        client.close()
+        proxy.close()
