@@ -72,6 +72,7 @@ a pending job there), an end time only once it has ended.
 
 from __future__ import annotations
 
+import logging
 import pwd
 import re
 import shlex
@@ -103,6 +104,8 @@ from sdk.schema import (
 
 from ..command import run
 from .base import BadRecord, Native, Record, StatError, check_object_id
+
+log = logging.getLogger("jobtap.collector")
 
 __all__ = [
     "JOB_STATES",
@@ -1043,14 +1046,58 @@ class SlurmBackend:
 
     # Stats ---------------------------------------------------------------------
     def stat_jobs(self) -> dict[str, Native]:
+        jobs = self._squeue()
+        self._last_jobs = jobs
+        return jobs
+
+    def _squeue(self) -> dict[str, Native]:
+        """Every job of ``squeue --json``, volatile keys left out: the one source
+        of live records, for :meth:`stat_jobs` and :meth:`stat_some` alike."""
         jobs = parse_squeue(self._run([self.squeue, "--json"]))
         if self.drop_volatile:
             for native in jobs.values():
                 if isinstance(native, dict):
                     for key in VOLATILE_JOB_KEYS:
                         native.pop(key, None)
-        self._last_jobs = jobs
         return jobs
+
+    def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
+        """The current records of these jobs, live or finished (follow mode's
+        targeted refresh), keyed like :meth:`stat_jobs` and :meth:`history`
+        (``"12"``, ``"12_3"``); ids Slurm does not know are absent.
+
+        A job ``squeue`` still lists (queued, running, or finished less than
+        ``MinJobAge`` ago) gets exactly the record :meth:`stat_jobs` would give
+        it, so an unchanged job has the same fingerprint whichever of the two
+        saw it, and the next full cycle ships nothing for it.  22.05's ``squeue
+        --json`` prints every job whatever ``-j`` says, so this is one full
+        ``squeue --json`` (one REQUEST_JOB_INFO, the same RPC as a full cycle's
+        job stat) filtered here; ``scontrol show job`` would be a cheaper RPC
+        but prints text, a record that would never fingerprint like squeue's.
+        A job that has left ``squeue`` gets its final record from :meth:`history`
+        (``sacct``), which is also what a full cycle ships for it.  If ``sacct``
+        fails (slurmdbd away), those jobs are left out (the next full cycle
+        looks them up again) and the live ones still come back.
+
+        An array task is ``ARRAY_TASK``; its own job number (``SLURM_JOB_ID`` of
+        the task, e.g. ``25`` for ``20_3``) is not one of its ids and comes back
+        absent: deploy/slurm/jobtap-slurmctld-hook.sh pokes ``20_3``.
+        """
+        wanted: dict[str, None] = {}
+        for job_id in job_ids:
+            if isinstance(job_id, str) and _JOB_ID.match(job_id):
+                wanted[job_id] = None
+        if not wanted:
+            return {}
+        live = self._squeue()
+        found = {job_id: live[job_id] for job_id in wanted if job_id in live}
+        gone = [job_id for job_id in wanted if job_id not in live]
+        if gone:
+            try:
+                found.update(self.history(gone))
+            except StatError as exc:
+                log.warning("follow refresh: sacct of %d jobs failed: %s", len(gone), exc)
+        return found
 
     def stat_nodes(self) -> dict[str, Native]:
         nodes = parse_sinfo(self._run([self.sinfo, "--json"]))
@@ -1114,7 +1161,9 @@ class SlurmBackend:
 
     def history(self, job_ids: Iterable[str]) -> dict[str, Native]:
         """Final records of jobs from ``sacct --json -j ID,ID,...``, for the ids the
-        accounting database knows; the others are absent from the result.
+        accounting database knows; the others are absent from the result (when
+        it knows none of them, 22.05's sacct reports "Nothing found" as an
+        error: that is an empty result, not a failure).
 
         For the jobs that ended other than COMPLETED, one more call, ``sacct -n -P
         -o JobID,ExitCode -j ...``, supplies the exit codes that 22.05's JSON
@@ -1131,7 +1180,13 @@ class SlurmBackend:
         for start in range(0, len(wanted), self.history_batch):
             batch = wanted[start : start + self.history_batch]
             ids = ",".join(batch)
-            records = parse_sacct(self._run([self.sacct, "--json", "-j", ids]))
+            raw = self._run([self.sacct, "--json", "-j", ids])
+            try:
+                records = parse_sacct(raw)
+            except StatError:
+                if not _nothing_found(raw):
+                    raise
+                records = {}  # sacct knows none of them
             records = {job_id: records[job_id] for job_id in batch if job_id in records}
             unsure = [job_id for job_id, native in records.items() if _exit_unsure(native)]
             if unsure:
@@ -1154,6 +1209,29 @@ class SlurmBackend:
 
     def normalise_queue(self, name: str, native: Native) -> Record:
         return normalise_queue(name, native, scheduler=self.scheduler)
+
+
+SACCT_NOTHING_FOUND = 9003  # slurmdb_jobs_get: "Nothing found with query"
+
+
+def _nothing_found(raw: bytes | str) -> bool:
+    """``sacct --json -j IDS`` when the database knows none of the ids: 22.05
+    exits 0 with no jobs and this single complaint in ``errors``, which means
+    "none of them", not a failed query."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(doc, dict) or doc.get("jobs"):
+        return False
+    errors = doc.get("errors")
+    return (
+        isinstance(errors, list)
+        and bool(errors)
+        and all(
+            isinstance(e, dict) and e.get("error_number") == SACCT_NOTHING_FOUND for e in errors
+        )
+    )
 
 
 def _exit_unsure(native: Any) -> bool:

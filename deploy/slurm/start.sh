@@ -15,6 +15,11 @@
 # (default /var/lib/jobtap-slurm); the configuration in /etc/slurm (a file there
 # that this script did not write is never overwritten).
 #
+# PrologSlurmctld and EpilogSlurmctld run jobtap-slurmctld-hook.sh (installed as
+# $JOBTAP_SLURM_DIR/hooks/jobtap-slurmctld-hook.sh, its default jobtap command being
+# this checkout's .venv/bin/jobtap): `jobtap poke` for follow mode when
+# /etc/jobtap/slurm-hook.env exists, nothing otherwise (docs/slurm.md, "Follow mode").
+#
 # Environment: JOBTAP_SLURM_DIR, JOBTAP_SLURM_MIN_JOB_AGE (default 10),
 # JOBTAP_SLURM_TIMEOUT (seconds to wait for each daemon, default 60).
 set -euo pipefail
@@ -84,6 +89,8 @@ spawn() { # spawn LOGFILE COMMAND...
 
 RUN=$STATE/run
 LOG=$STATE/log
+HOOK=$STATE/hooks/jobtap-slurmctld-hook.sh
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 all_running() {
     alive "$RUN/slurmctld.pid" slurmctld || return 1
@@ -149,6 +156,10 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=6819
 JobCompType=jobcomp/none
+# jobtap follow mode: jobtap poke when a job starts and when it ends (a no-op
+# without /etc/jobtap/slurm-hook.env; the script always exits 0 at once).
+PrologSlurmctld=$HOOK
+EpilogSlurmctld=$HOOK
 EOF
     local port=$NODE_PORT_BASE n
     for n in $NODES; do
@@ -176,6 +187,25 @@ StoragePass=$DB_PASS
 StorageLoc=$DB_NAME
 EOF
 }
+
+# The follow-mode hook that slurm.conf names, with this checkout's jobtap as its
+# default command.  Replaced in place when it changed (slurmctld runs the file
+# anew for every job: no restart needed); it must exist before slurmctld starts
+# jobs, or they fail their PrologSlurmctld.
+install_hook() {
+    local bin=$REPO/.venv/bin/jobtap
+    [ -x "$bin" ] || bin=$(command -v jobtap || echo /usr/local/bin/jobtap)
+    mkdir -p "$STATE/hooks"
+    sed "s|^DEFAULT_BIN=.*|DEFAULT_BIN=$bin # written by deploy/slurm/start.sh|" \
+        "$REPO/deploy/slurm/jobtap-slurmctld-hook.sh" >"$HOOK.new" || die "cannot write $HOOK"
+    chmod 755 "$HOOK.new"
+    if cmp -s "$HOOK.new" "$HOOK"; then
+        rm -f "$HOOK.new"
+    else
+        mv -f "$HOOK.new" "$HOOK"
+    fi
+}
+install_hook
 
 # Everything runs with the configuration this script would write: nothing to do.
 if [ -f "$CONF_DIR/slurm.conf" ] && [ -f "$CONF_DIR/slurmdbd.conf" ] &&

@@ -1,0 +1,86 @@
+#!/bin/bash
+# jobtap follow mode on Slurm: PrologSlurmctld and EpilogSlurmctld point here.
+#
+#   PrologSlurmctld=/path/to/jobtap-slurmctld-hook.sh   # the job starts
+#   EpilogSlurmctld=/path/to/jobtap-slurmctld-hook.sh   # the job ended
+#
+# slurmctld runs it (as SlurmUser, with a small environment: SLURM_JOB_ID,
+# SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID, SLURM_SCRIPT_CONTEXT...) and waits for
+# it: a slow or failing PrologSlurmctld holds or requeues the job, a slow
+# EpilogSlurmctld keeps it COMPLETING.  So this script starts `jobtap poke` in
+# the background, detached, and exits 0 at once, whatever happens.  A poke that
+# cannot be delivered (Redis away, wrong password) is lost; the collector's next
+# full stat catches the change.
+#
+# Settings: KEY=VALUE lines in /etc/jobtap/slurm-hook.env (JOBTAP_HOOK_ENV
+# overrides the path; slurmctld itself does not pass it).  The file holds the
+# `poker` user's password: owned by SlurmUser, mode 0600.  It is read, not
+# sourced: only these keys count, nothing in it runs.
+#
+#   JOBTAP_SITE=hpc1                                  # required
+#   JOBTAP_REDIS=redis://poker:PASSWORD@10.1.2.3:6379/0   # required
+#   JOBTAP_BIN=/opt/jobtap/bin/jobtap                 # default: see DEFAULT_BIN
+#   JOBTAP_HOOK_LOG=/var/log/jobtap/slurm-hook.log    # default: /dev/null
+#   JOBTAP_POKE_TIMEOUT=2                             # seconds per Redis connection
+#
+# Without the file (or with JOBTAP_SITE or JOBTAP_REDIS missing) the script does
+# nothing, so slurm.conf can name it before jobtap is set up.
+#
+# Job ids: jobtap names an array task ARRAY_TASK ("20_3"), while SLURM_JOB_ID of
+# a task is its own job number (e.g. 25); the script pokes "20_3" when
+# SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID are set.  The Redis URL goes to
+# `jobtap poke` through the environment (JOBTAP_REDIS), not the command line,
+# where every local user could read the password (ps).
+
+DEFAULT_BIN=/usr/local/bin/jobtap # deploy/slurm/start.sh installs a copy naming its .venv
+ENV_FILE=${JOBTAP_HOOK_ENV:-/etc/jobtap/slurm-hook.env}
+
+[ -r "$ENV_FILE" ] || exit 0
+
+site= url= bin= hook_log= poke_timeout=
+while IFS= read -r line || [ -n "$line" ]; do
+    line=${line%$'\r'}
+    case $line in '' | '#'*) continue ;; esac
+    key=${line%%=*}
+    [ "$key" = "$line" ] && continue
+    value=${line#*=}
+    key=${key#export }
+    key=${key//[[:space:]]/}
+    case $value in
+    \"*\") value=${value#\"} value=${value%\"} ;;
+    \'*\') value=${value#\'} value=${value%\'} ;;
+    esac
+    case $key in
+    JOBTAP_SITE) site=$value ;;
+    JOBTAP_REDIS) url=$value ;;
+    JOBTAP_BIN) bin=$value ;;
+    JOBTAP_HOOK_LOG) hook_log=$value ;;
+    JOBTAP_POKE_TIMEOUT) poke_timeout=$value ;;
+    esac
+done <"$ENV_FILE"
+
+[ -n "$site" ] && [ -n "$url" ] || exit 0
+bin=${bin:-$DEFAULT_BIN}
+hook_log=${hook_log:-/dev/null}
+if [ ! -w "$hook_log" ] && { [ -e "$hook_log" ] || [ ! -w "$(dirname -- "$hook_log")" ]; }; then
+    hook_log=/dev/null # cannot write there: no log rather than no poke
+fi
+case $poke_timeout in '' | *[!0-9.]*) poke_timeout=2 ;; esac
+
+if [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
+    job_id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
+else
+    job_id=${SLURM_JOB_ID:-}
+fi
+[[ $job_id =~ ^[0-9]+(_[0-9]+)?$ ]] || exit 0
+
+# Detached: no descriptor of slurmscriptd's (it reads the script's output until
+# every copy of that pipe is closed, and the job waits: CONFIGURING for a
+# prolog, COMPLETING for an epilog), its own session (slurmscriptd may kill the
+# script's process group), a time limit in case Redis hangs.
+(
+    exec </dev/null >>"$hook_log" 2>&1
+    JOBTAP_REDIS=$url JOBTAP_SITE=$site exec setsid timeout -k 2 15 \
+        "$bin" poke --site "$site" --timeout "$poke_timeout" "$job_id"
+) &
+exit 0
