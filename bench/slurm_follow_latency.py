@@ -327,7 +327,7 @@ refresh's its `observed_at`):
 
 With `--follow`, p99 is {ms(p99)}: it {verdict} the target of 250 ms. The
 largest step is the {label.split(" (")[0]} (p50 {ms(step_p50)}). One
-`jobtap poke` (a Python process that imports redis-py) takes {ms(poke_cost)}
+`jobtap poke` (a Python process speaking the Redis protocol itself) takes {ms(poke_cost)}
 here on its own, measured by the benchmark. Without `--follow`, a job waits for
 the next full stat: up to {args.interval:g} s, {args.interval / 2:g} s on average.{by_cycle}
 

@@ -224,27 +224,17 @@ def collector(
 
 
 # -- poke ----------------------------------------------------------------------------------
-@main.command()
-@redis_option
-@site_option
-@click.argument("job_ids", nargs=-1, required=True)
-@click.option("--strict", is_flag=True, help="Exit 1 if the poke could not be delivered.")
-@click.option("--timeout", type=float, default=2.0, show_default=True)
-def poke(redis_url, site, job_ids, strict, timeout):
-    """Tell a collector in follow mode that these jobs just changed.
+@main.command(
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def poke(args):
+    """Tell a collector in follow mode that these jobs just changed (for
+    scheduler hooks; `jobtap poke --help` for its options)."""
+    from .poke import main as fast_poke
 
-    For scheduler hooks (Slurm PrologSlurmctld/EpilogSlurmctld, PBS hooks): it
-    exits 0 even when Redis is away, so a hook never fails a job because of
-    jobtap (the next full cycle catches the change); --strict for scripts."""
-    from .follow import poke as send
-
-    try:
-        r = redis.Redis.from_url(redis_url, socket_connect_timeout=timeout,
-                                 socket_timeout=timeout)  # fmt: skip
-        send(r, SiteKeys(site), list(job_ids))
-    except (redis.RedisError, ValueError) as exc:
-        click.echo(f"jobtap poke: not delivered to {_safe(redis_url)}: {exc}", err=True)
-        sys.exit(1 if strict else 0)
+    sys.exit(fast_poke(list(args)))
 
 
 # -- worker ---------------------------------------------------------------------------------

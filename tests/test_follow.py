@@ -147,3 +147,21 @@ def test_flux_journal_feed_pokes_every_job(r, tmp_path, monkeypatch):
     finally:
         feed.stop()
     assert expected <= poked, expected - poked
+
+
+def test_fast_poke_speaks_to_redis_with_auth_and_db(redis_server, r):
+    """`jobtap poke` talks the Redis protocol itself (no redis-py import): with a
+    user and password, a database number, and a clear failure otherwise."""
+    from collector import poke as fast
+
+    r.execute_command("ACL", "SETUSER", "poker", "on", ">pw", "+xadd", "~jobtap:*")
+    url = f"redis://poker:pw@127.0.0.1:{redis_server.port}/0"
+    entry = fast.poke(url, SITE, ["7.x", "8.x"])
+    assert r.xrange(K.pokes)[-1][0] == entry
+    fast.poke(f"redis://127.0.0.1:{redis_server.port}/3", SITE, ["9.x"])
+    assert redis_server.client(db=3).xrange(K.pokes)[-1][1][b"ids"] == b"9.x"
+    with pytest.raises(fast.PokeError, match="WRONGPASS"):
+        fast.poke(f"redis://poker:nope@127.0.0.1:{redis_server.port}/0", SITE, ["7.x"])
+    assert fast.main(["--redis", f"redis://poker:nope@127.0.0.1:{redis_server.port}/0",
+                      "--site", SITE, "--strict", "7.x"]) == 1  # fmt: skip
+    assert fast.main(["--site", "bad site", "7.x"]) == 2
