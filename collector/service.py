@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 
 import redis
 
+from sdk.schema import EXITING, JOB
+
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 
@@ -68,6 +70,9 @@ class CollectorService:
         self.refresh_gap = refresh_gap
         self.pokes: PokeReader | None = None
         self.feed: FeedThread | None = None
+        self.rechecks: dict[str, tuple[float, int]] = {}  # job -> (due, tries)
+        self.recheck_delay = 0.5
+        self.max_rechecks = 5
 
     # -- lifecycle -------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -157,15 +162,39 @@ class CollectorService:
             if self.pokes is None:
                 self.stop_event.wait(left)
                 return
+            wait = min(left, 1.0, max(0.001, self.next_recheck() - time.monotonic()))
             try:
-                self.pokes.read(block_ms=max(1, int(min(left, 1.0) * 1000)))
+                self.pokes.read(block_ms=max(1, int(wait * 1000)))
             except redis.RedisError as exc:
                 log.warning("poke stream: %s", exc)
                 self.stop_event.wait(min(left, 1.0))
                 continue
+            self.due_rechecks()
             if self.pokes.pending:
                 self.serve_pokes()
                 self.stop_event.wait(self.refresh_gap)  # bounds refreshes per second
+
+    def next_recheck(self) -> float:
+        return min((due for due, _ in self.rechecks.values()), default=float("inf"))
+
+    def due_rechecks(self) -> None:
+        """Put the jobs whose re-check is due back among the pending pokes."""
+        now = time.monotonic()
+        assert self.pokes is not None
+        for jid in [j for j, (due, _) in self.rechecks.items() if due <= now]:
+            self.pokes.pending.setdefault(jid, None)
+
+    def plan_rechecks(self, ids: list[str]) -> None:
+        """A poked job found still exiting (Slurm's epilog runs while the job is
+        COMPLETING, PBS's jobobit while it is E) is looked at again shortly, a
+        few times, so its final does not wait for the next full stat."""
+        seen = self.collector.tracker.of(JOB) if self.collector.tracker else {}
+        now = time.monotonic()
+        for jid in ids:
+            entry = seen.get(jid)
+            tries = self.rechecks.pop(jid, (0.0, 0))[1]
+            if entry is not None and entry.state == EXITING and tries < self.max_rechecks:
+                self.rechecks[jid] = (now + self.recheck_delay * (tries + 1), tries + 1)
 
     def serve_pokes(self) -> bool:
         """Refresh up to ``max_refresh`` poked jobs now."""
@@ -173,6 +202,7 @@ class CollectorService:
         ids = self.pokes.take(self.max_refresh)
         try:
             report = self.collector.refresh(ids)
+            self.plan_rechecks(ids)
         except (CycleFailed, redis.RedisError) as exc:
             log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
             try:

@@ -165,3 +165,53 @@ def test_fast_poke_speaks_to_redis_with_auth_and_db(redis_server, r):
     assert fast.main(["--redis", f"redis://poker:nope@127.0.0.1:{redis_server.port}/0",
                       "--site", SITE, "--strict", "7.x"]) == 1  # fmt: skip
     assert fast.main(["--site", "bad site", "7.x"]) == 2
+
+
+def test_a_job_poked_while_exiting_is_looked_at_again(r):
+    """The epilog pokes while the job is still exiting (Slurm's COMPLETING, PBS's
+    E); the collector looks again shortly, so the final needs no second poke."""
+    import copy
+    import time
+
+    import orjson
+    from conftest import fixtures_dir
+
+    from collector.backends.pbs import normalise_job
+
+    base = fixtures_dir() / "pbs"
+    if not base.is_dir():
+        pytest.skip(f"PBS fixtures not found at {base}")
+    running = orjson.loads((base / "10-busy.qstat-f.json").read_bytes())["Jobs"]["1.vm"]
+    done = orjson.loads((base / "80-final.qstat-f-x.json").read_bytes())["Jobs"]["1.vm"]
+    exiting = dict(copy.deepcopy(running), job_state="E", substate=50)
+
+    class Scheduler:
+        scheduler = "pbs"
+        answers = [exiting, done]
+
+        def stat_jobs(self):
+            return {"1.vm": copy.deepcopy(running)}
+
+        def stat_some(self, ids):
+            return {"1.vm": copy.deepcopy(self.answers.pop(0) if len(self.answers) > 1
+                                          else self.answers[0])}  # fmt: skip
+
+        def history(self, ids):
+            return {}
+
+        def normalise_job(self, jid, native):
+            return normalise_job(jid, native, tz="UTC")
+
+        stat_nodes = stat_queues = lambda self: {}
+        normalise_node = normalise_queue = normalise_job
+
+    svc = CollectorService(Collector(Scheduler(), r, site=SITE, nodes_every=10**6),
+                           interval=60, follow=True)  # fmt: skip
+    svc.pokes = PokeReader(r, K)
+    assert svc.run_one()
+    poke(r, K, ["1.vm"])  # once only: at the epilog, while the job is exiting
+    svc.wait_serving_pokes(time.monotonic() + 3)
+    drain(r, SITE)
+    types = [(e["type"], e["record"]["state"]) for e in site_events(r, SITE)]
+    assert types == [("new", "running"), ("state", "exiting"), ("final", "cancelled")]
+    assert not svc.rechecks
