@@ -54,10 +54,9 @@ from __future__ import annotations
 
 import logging
 import re
-import shlex
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +79,18 @@ from sdk.schema import (
     UNKNOWN,
 )
 
-from ..command import first_line, run, run_full
+from ..command import first_line
 from .base import BadRecord, Native, Record, StatError, check_object_id
-from .pbs import QUEUE_CLOSED, QUEUE_OPEN, QUEUE_STOPPED
+from .common import (
+    MAX_TEXT,
+    CommandBackend,
+    as_int,
+    check_record,
+    epoch_iso,
+    load_json,
+    queue_state,
+    text_field,
+)
 
 __all__ = [
     "ANONYMOUS_QUEUE",
@@ -116,7 +124,6 @@ log = logging.getLogger("jobtap.collector.flux")
 
 READER_PATH = Path(__file__).with_name("flux_journal_reader.py")
 ANONYMOUS_QUEUE = "default"  # the record name of Flux's single unnamed queue
-MAX_TEXT = 65536
 MAX_HOSTS = 1_000_000  # a hostlist or idset larger than this is not believed
 
 FLUX_STATES = ("NEW", "DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP", "INACTIVE")
@@ -287,31 +294,6 @@ def expand_idset(text: Any) -> list[int]:
 
 
 # Parsers: jobs ---------------------------------------------------------------------
-def _load(raw: bytes | str, command: str) -> Any:
-    if not raw or not raw.strip():
-        raise StatError(f"{command} printed nothing (expected JSON)")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as first:
-        error: Exception = first
-        if isinstance(raw, bytes | bytearray | memoryview):
-            data = bytes(raw)
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError:
-                # one job name with a stray byte must not fail the whole stat
-                try:
-                    return orjson.loads(data.decode("utf-8", errors="replace"))
-                except orjson.JSONDecodeError as again:
-                    error = again
-            text = data[:80].decode("utf-8", errors="replace")
-        else:
-            text = str(raw)[:80]
-        excerpt = " ".join(text.split())
-        message = f"{command} printed output that is not JSON ({error}): {excerpt!r}"
-        raise StatError(message) from error
-
-
 def _stable(job: dict[str, Any]) -> dict[str, Any]:
     """The record without the fields computed from the time of the query."""
     drop_runtime = "runtime" in job and "t_cleanup" not in job
@@ -332,7 +314,7 @@ def parse_flux_jobs(raw: bytes | str) -> dict[str, Native]:
     ``runtime`` of a job that has not reached CLEANUP are dropped (see the
     module's notes); everything else is kept as printed.
     """
-    doc = _load(raw, "flux jobs")
+    doc = load_json(raw, "flux jobs")
     if isinstance(doc, dict) and "jobs" in doc and "id" not in doc:
         jobs = doc["jobs"]
         if not isinstance(jobs, list):
@@ -370,7 +352,7 @@ def parse_resource_R(raw: bytes | str) -> dict[str, dict[str, Any]]:
     """``flux resource R`` (RFC 20 R, JSON) -> ``{node: {"rank", "cores", "ncores",
     "gpus", "ngpus", "properties"}}``.  RFC 20: the hostnames of ``nodelist``
     belong to the ranks of ``R_lite`` in ascending rank order."""
-    doc = _load(raw, "flux resource R")
+    doc = load_json(raw, "flux resource R")
     execution = doc.get("execution") if isinstance(doc, dict) else None
     if not isinstance(execution, dict):
         raise StatError("flux resource R printed no 'execution' object")
@@ -571,7 +553,7 @@ def parse_queue_list(raw: bytes | str) -> dict[str, Native]:
 def parse_job_stats(raw: bytes | str) -> dict[str, dict[str, Any]]:
     """``flux job stats`` (JSON) -> ``{queue: counts}``; the instance-wide
     counts are under ``ANONYMOUS_QUEUE`` unless a queue of that name exists."""
-    doc = _load(raw, "flux job stats")
+    doc = load_json(raw, "flux job stats")
     if not isinstance(doc, dict) or not isinstance(doc.get("job_states"), dict):
         raise StatError("flux job stats printed no 'job_states' object")
 
@@ -596,32 +578,12 @@ def merge_queues(
 def flux_time(value: Any) -> str | None:
     """Seconds since the epoch (Flux's timestamps) -> UTC ISO-8601, or None."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        try:
-            return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
-        except (OverflowError, OSError, ValueError):
-            return None
+        return epoch_iso(value, timespec="milliseconds")
     return None
 
 
-def _text(native: Native, key: str) -> str | None:
-    value = native.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise BadRecord(f"{key} longer than {MAX_TEXT} characters")
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    raise BadRecord(f"{key} is a {type(value).__name__}, expected text: {value!r:.80}")
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+# A text attribute; a boolean is refused like any other non-scalar.
+_text = partial(text_field, booleans=False)
 
 
 def _hms(seconds: Any) -> str | None:
@@ -664,10 +626,10 @@ def job_state(native: Native) -> str:
 
 def exit_status(native: Native) -> int | None:
     """The job's return code once it has a wait status (see the module's notes)."""
-    waitstatus = _int(native.get("waitstatus"))
+    waitstatus = as_int(native.get("waitstatus"))
     if waitstatus is None:
         return None
-    returncode = _int(native.get("returncode"))
+    returncode = as_int(native.get("returncode"))
     if returncode is not None:
         return returncode
     if waitstatus & 0x7F == 0:  # WIFEXITED
@@ -683,7 +645,7 @@ def _exception_reason(native: Native) -> str | None:
     kind = kind if isinstance(kind, str) and kind else "exception"
     note = exception.get("note")
     text = f"{kind}: {note}" if isinstance(note, str) and note.strip() else kind
-    severity = _int(exception.get("severity"))
+    severity = as_int(exception.get("severity"))
     if severity:  # non-fatal exceptions do not end the job
         text = f"{text} (severity {severity})"
     return text[:MAX_TEXT]
@@ -712,7 +674,7 @@ def _reason(state: str, native: Native, code: int | None) -> str | None:
 def _user(native: Native) -> str:
     name = native.get("username")
     if not isinstance(name, str) or not name:
-        uid = _int(native.get("userid"))
+        uid = as_int(native.get("userid"))
         # flux jobs itself prints the uid when it has no name for it
         name = str(uid) if uid is not None and uid >= 0 else None
     if not name:
@@ -733,8 +695,7 @@ def normalise_job(
     final (CLEANUP).  ``tz`` is accepted for symmetry: Flux prints epoch times.
     """
     check_object_id(job_id, "job id")
-    if not isinstance(native, dict):
-        raise BadRecord(f"job record is a {type(native).__name__}, expected an object")
+    check_record(native, "job")
     state = job_state(native)
     user = _user(native)
     code = exit_status(native) if state in TERMINAL or state == EXITING else None
@@ -764,9 +725,9 @@ def normalise_job(
         "end_time": flux_time(t_cleanup),
         "exit_status": code,
         "requested": {
-            "ncpus": _int(native.get("ncores")),
-            "nodes": _int(native.get("nnodes")),
-            "ntasks": _int(native.get("ntasks")),
+            "ncpus": as_int(native.get("ncores")),
+            "nodes": as_int(native.get("nnodes")),
+            "ntasks": as_int(native.get("ntasks")),
             "mem": None,
             "walltime": _hms(native.get("duration")),
             "select": None,
@@ -775,7 +736,7 @@ def normalise_job(
         "resources_used": used,
         "array_parent": None,
         "array_index": None,
-        "priority": _int(native.get("priority")),
+        "priority": as_int(native.get("priority")),
         "native": native,
     }
 
@@ -806,8 +767,7 @@ def normalise_node(
 ) -> Record:
     """One node (a record of :func:`merge_nodes`) as a normalised record."""
     check_object_id(name, "node name")
-    if not isinstance(native, dict):
-        raise BadRecord(f"node record is a {type(native).__name__}, expected an object")
+    check_record(native, "node")
     status = native.get("status")
     if not isinstance(status, list):
         raise BadRecord(f"node status is not a list: {status!r:.40}")
@@ -844,21 +804,20 @@ def normalise_queue(
     ``counts`` holds Flux's job counts by state and result plus the common
     ``queued``/``running``/``exiting``/``total``."""
     check_object_id(name, "queue name")
-    if not isinstance(native, dict):
-        raise BadRecord(f"queue record is a {type(native).__name__}, expected an object")
+    check_record(native, "queue")
     enabled = native.get("submission") == "enabled"
     started = native.get("scheduling") == "started"
-    state = (QUEUE_OPEN if started else QUEUE_STOPPED) if enabled else QUEUE_CLOSED
+    state = queue_state(enabled, started)
     stats = native.get("stats") or {}
     states = stats.get("job_states") if isinstance(stats, dict) else None
     counts: dict[str, int] = {}
     if isinstance(states, dict):
-        counts = {k: v for k, v in states.items() if _int(v) is not None}
-        counts["queued"] = sum(_int(states.get(k)) or 0 for k in ("depend", "priority", "sched"))
-        counts["running"] = _int(states.get("run")) or 0
-        counts["exiting"] = _int(states.get("cleanup")) or 0
+        counts = {k: v for k, v in states.items() if as_int(v) is not None}
+        counts["queued"] = sum(as_int(states.get(k)) or 0 for k in ("depend", "priority", "sched"))
+        counts["running"] = as_int(states.get("run")) or 0
+        counts["exiting"] = as_int(states.get("cleanup")) or 0
     for key in ("successful", "failed", "canceled", "timeout", "inactive_purged"):
-        if isinstance(stats, dict) and _int(stats.get(key)) is not None:
+        if isinstance(stats, dict) and as_int(stats.get(key)) is not None:
             counts[key] = stats[key]
     return {
         "id": name,
@@ -991,7 +950,7 @@ def journal_job_ids(
 
 
 # The backend -----------------------------------------------------------------------
-class FluxBackend:
+class FluxBackend(CommandBackend):
     """Flux through its commands.
 
     ``prefix``: a command prefix such as ``"ssh head1"`` (a string is split with
@@ -1025,9 +984,8 @@ class FluxBackend:
         coalesce: float = 0.05,
         max_delay: float = 0.25,
     ) -> None:
-        self.prefix: list[str] = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
+        super().__init__(prefix=prefix, timeout=timeout)
         self.flux = flux
-        self.timeout = float(timeout)
         self.scheduler = scheduler
         self.tz = tz
         if count < 0:
@@ -1041,20 +999,11 @@ class FluxBackend:
         self.reader_path = str(reader_path or READER_PATH)
         self.coalesce = float(coalesce)
         self.max_delay = float(max_delay)
-        self._quote = bool(self.prefix) and self.prefix[0].rpartition("/")[2] == "ssh"
 
     def __repr__(self) -> str:
-        where = f" via {shlex.join(self.prefix)!r}" if self.prefix else ""
-        return f"FluxBackend({self.flux!r}{where})"
+        return f"FluxBackend({self.flux!r}{self._via()})"
 
-    # Running -------------------------------------------------------------------
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The words handed to the prefix (shell-quoted when it is ssh)."""
-        return [shlex.quote(word) for word in argv] if self._quote else list(argv)
-
-    def _run(self, argv: Sequence[str]) -> bytes:
-        return run(self.command(argv), prefix=self.prefix, timeout=self.timeout)
-
+    # Running (command, _run and _run_full: CommandBackend) ---------------------
     def _parallel(self, *argvs: Sequence[str]) -> list[bytes]:
         """Run several commands at once (each ``flux`` start costs ~0.2 s)."""
         with ThreadPoolExecutor(max_workers=len(argvs)) as pool:
@@ -1135,9 +1084,7 @@ class FluxBackend:
         if not numbers:
             return {}
         argv = [self.flux, "jobs", "--json", *(str(n) for n in numbers)]
-        returncode, out, err = run_full(
-            self.command(argv), prefix=self.prefix, timeout=self.timeout
-        )
+        returncode, out, err = self._run_full(argv)
         lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
         other = [line for line in lines if not _UNKNOWN_JOB.search(line)]
         if returncode != 0 or other:

@@ -37,14 +37,11 @@ are converted to UTC ISO-8601 with offset using the zone ``tz`` (a zoneinfo name
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
-
-import orjson
 
 from sdk.schema import (
     CANCELLED,
@@ -64,8 +61,21 @@ from sdk.schema import (
     WAITING,
 )
 
-from ..command import first_line, run, run_full
+from ..command import first_line
 from .base import BadRecord, Native, Record, StatError, check_object_id
+from .common import (
+    QUEUE_CLOSED,
+    QUEUE_OPEN,
+    QUEUE_STOPPED,
+    CommandBackend,
+    check_record,
+    epoch_iso,
+    load_object,
+    mapping_field,
+    parse_int,
+    queue_state,
+    text_field,
+)
 
 __all__ = [
     "PBSBackend",
@@ -83,10 +93,8 @@ __all__ = [
     "parse_qstat_queues",
 ]
 
-# Queue states (PBS: enabled = accepts jobs, started = jobs in it may run).
-QUEUE_OPEN = "open"
-QUEUE_STOPPED = "stopped"
-QUEUE_CLOSED = "closed"
+# Queue states: QUEUE_OPEN, QUEUE_STOPPED, QUEUE_CLOSED (common.py), from PBS's
+# enabled (accepts jobs) and started (jobs in it may run).
 
 # Job substates that say how a finished job ended (pbs_job.h: JOB_SUBSTATE_*).
 SUBSTATE_TERMINATED = 91  # deleted (qdel), whether it had started or not
@@ -121,49 +129,16 @@ _MONTHS = {
         start=1,
     )
 }
-MAX_TEXT = 65536  # longest name, comment, account... accepted in a record
 
 
 # Parsers ---------------------------------------------------------------------------
-def _load(raw: bytes | str, command: str) -> dict[str, Any]:
-    """One ``orjson.loads`` of a whole command output, which must be a JSON object."""
-    if not raw or not raw.strip():
-        raise StatError(f"{command} printed nothing (expected a JSON object)")
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        doc = _load_lossy(raw, command, exc)
-    if not isinstance(doc, dict):
-        raise StatError(f"{command} printed JSON that is not an object: {type(doc).__name__}")
-    return doc
-
-
-def _load_lossy(raw: bytes | str, command: str, exc: Exception) -> Any:
-    """Retry a failed parse once with invalid UTF-8 replaced.
-
-    PBS copies job attributes (a user's environment with ``qsub -V``, job names)
-    byte for byte into its JSON; one job with a Latin-1 byte must not turn the
-    whole stat into a failure.  Only when the bytes are not valid UTF-8 is there
-    anything to retry; any other error is reported with a short excerpt.
-    """
-    if isinstance(raw, bytes | bytearray | memoryview):
-        data = bytes(raw)
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            try:
-                return orjson.loads(data.decode("utf-8", errors="replace"))
-            except orjson.JSONDecodeError as again:
-                exc = again
-        text = data[:80].decode("utf-8", errors="replace")
-    else:
-        text = str(raw)[:80]
-    excerpt = " ".join(text.split())
-    raise StatError(f"{command} printed output that is not JSON ({exc}): {excerpt!r}") from exc
-
-
 def _section(raw: bytes | str, key: str, command: str) -> dict[str, Any]:
-    doc = _load(raw, command)
+    """The object under ``key`` of a command's JSON output.  The output is loaded
+    with :func:`~collector.backends.common.load_object`, which retries invalid
+    UTF-8 once: PBS copies job attributes (a user's environment with ``qsub
+    -V``, job names) byte for byte into its JSON, and one job with a Latin-1
+    byte must not turn the whole stat into a failure."""
+    doc = load_object(raw, command)
     section = doc.get(key)
     if section is None:
         # OpenPBS leaves the key out altogether when there is nothing to list.
@@ -224,48 +199,8 @@ def parse_pbs_time(value: Any, tz: str | None = None) -> str | None:
     if isinstance(value, str):
         return _convert_time(value, tz)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            return datetime.fromtimestamp(value, UTC).isoformat()
-        except (OverflowError, OSError, ValueError):
-            return None
+        return epoch_iso(value)
     return None
-
-
-def _text(native: Native, key: str) -> str | None:
-    """A scalar attribute as text.  PBS's JSON turns some values into numbers or
-    booleans (``-A 42`` can come back as ``42``), so those are spelled back."""
-    value = native.get(key)
-    if value is None or isinstance(value, str):
-        if value is not None and len(value) > MAX_TEXT:
-            raise BadRecord(f"{key} longer than {MAX_TEXT} characters")
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    raise BadRecord(f"{key} is a {type(value).__name__}, expected text: {value!r:.80}")
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _mapping(native: Native, key: str) -> dict[str, Any]:
-    value = native.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise BadRecord(f"{key} is a {type(value).__name__}, expected an object")
-    return value
 
 
 def _flag(value: Any) -> bool:
@@ -283,12 +218,12 @@ def job_state(native: Native) -> str:
         return state
     if letter not in _FINISHED_STATES:
         return UNKNOWN
-    substate = _int(native.get("substate"))
+    substate = parse_int(native.get("substate"))
     if substate == SUBSTATE_TERMINATED:
         return CANCELLED
     if substate == SUBSTATE_FAILED:
         return FAILED
-    exit_status = _int(native.get("Exit_status"))
+    exit_status = parse_int(native.get("Exit_status"))
     if exit_status is None:
         return CANCELLED
     return COMPLETED if exit_status == 0 else FAILED
@@ -361,7 +296,7 @@ def _array_fields(job_id: str, native: Native) -> tuple[str | None, int | None]:
     (``2[3].vm`` -> ``2[].vm``, 3) is the fallback.
     """
     parent = native.get("array_id")
-    index = _int(native.get("array_index"))
+    index = parse_int(native.get("array_index"))
     if isinstance(parent, str) and parent and index is not None:
         return parent, index
     match = _SUBJOB_ID.match(job_id)
@@ -382,12 +317,11 @@ def normalise_job(
     the record itself, not a copy.
     """
     check_object_id(job_id, "job id")
-    if not isinstance(native, dict):
-        raise BadRecord(f"job record is a {type(native).__name__}, expected an object")
+    check_record(native, "job")
     state = job_state(native)
     user = _owner(native)
-    comment = _text(native, "comment")
-    resource_list = _mapping(native, "Resource_List")
+    comment = text_field(native, "comment")
+    resource_list = mapping_field(native, "Resource_List")
     started = state not in _NOT_STARTED
     end_time = parse_pbs_time(native.get("obittime"), tz)
     if end_time is None and state in TERMINAL:
@@ -397,10 +331,10 @@ def normalise_job(
         "id": job_id,
         "scheduler": scheduler,
         "user": user,
-        "group": _text(native, "egroup"),
-        "account": _text(native, "Account_Name") or _text(native, "project"),
-        "name": _text(native, "Job_Name"),
-        "queue": _text(native, "queue"),
+        "group": text_field(native, "egroup"),
+        "account": text_field(native, "Account_Name") or text_field(native, "project"),
+        "name": text_field(native, "Job_Name"),
+        "queue": text_field(native, "queue"),
         "state": state,
         "native_state": native["job_state"],
         "reason": _reason(state, native, comment, tz),
@@ -409,7 +343,7 @@ def normalise_job(
         "start_time": parse_pbs_time(native.get("stime"), tz) if started else None,
         "end_time": end_time,
         "exit_status": (
-            _int(native.get("Exit_status")) if state in TERMINAL or state == EXITING else None
+            parse_int(native.get("Exit_status")) if state in TERMINAL or state == EXITING else None
         ),
         "requested": {
             "ncpus": resource_list.get("ncpus"),
@@ -419,10 +353,10 @@ def normalise_job(
             "select": resource_list.get("select"),
         },
         "allocated": _allocated(native.get("exec_host")),
-        "resources_used": _mapping(native, "resources_used"),
+        "resources_used": mapping_field(native, "resources_used"),
         "array_parent": array_parent,
         "array_index": array_index,
-        "priority": _int(native.get("Priority")),
+        "priority": parse_int(native.get("Priority")),
         "native": native,
     }
 
@@ -468,8 +402,7 @@ def normalise_node(
 ) -> Record:
     """One node of ``pbsnodes -av -F json`` as a normalised record."""
     check_object_id(name, "node name")
-    if not isinstance(native, dict):
-        raise BadRecord(f"node record is a {type(native).__name__}, expected an object")
+    check_record(native, "node")
     native_state = native.get("state")
     if not isinstance(native_state, str):
         raise BadRecord(f"node state missing or not a string: {native_state!r:.40}")
@@ -478,11 +411,11 @@ def normalise_node(
         "scheduler": scheduler,
         "state": node_state(native_state),
         "native_state": native_state,
-        "reason": _text(native, "comment"),
+        "reason": text_field(native, "comment"),
         "jobs": _node_jobs(native.get("jobs")),
         "resources": {
-            "available": _mapping(native, "resources_available"),
-            "assigned": _mapping(native, "resources_assigned"),
+            "available": mapping_field(native, "resources_available"),
+            "assigned": mapping_field(native, "resources_assigned"),
         },
         "native": native,
     }
@@ -496,7 +429,7 @@ def _state_count(value: Any) -> dict[str, int]:
         return counts
     for token in value.split():
         key, sep, number = token.partition(":")
-        count = _int(number) if sep else None
+        count = parse_int(number) if sep else None
         if key and count is not None:
             counts[key.lower()] = count
     return counts
@@ -511,17 +444,16 @@ def normalise_queue(
     but runs none, e.g. a reservation queue before its start), ``closed`` (not
     enabled: refuses new jobs)."""
     check_object_id(name, "queue name")
-    if not isinstance(native, dict):
-        raise BadRecord(f"queue record is a {type(native).__name__}, expected an object")
+    check_record(native, "queue")
     enabled = _flag(native.get("enabled"))
     started = _flag(native.get("started"))
-    state = (QUEUE_OPEN if started else QUEUE_STOPPED) if enabled else QUEUE_CLOSED
+    state = queue_state(enabled, started)
     counts = _state_count(native.get("state_count"))
-    total = _int(native.get("total_jobs"))
+    total = parse_int(native.get("total_jobs"))
     if total is not None:
         counts["total"] = total
     resources = {
-        label: _mapping(native, key)
+        label: mapping_field(native, key)
         for label, key in (
             ("available", "resources_available"),
             ("assigned", "resources_assigned"),
@@ -541,12 +473,13 @@ def normalise_queue(
 
 
 # The backend -----------------------------------------------------------------------
-class PBSBackend:
+class PBSBackend(CommandBackend):
     """PBS Pro / OpenPBS through its commands.
 
     ``prefix``: a command prefix such as ``"ssh head1"`` (a string is split with
     shlex).  When the prefix runs ``ssh``, the command's words are shell-quoted,
-    because ssh hands them to a remote shell that would glob ``2[1].vm``.
+    because ssh hands them to a remote shell that would glob ``2[1].vm``
+    (:class:`~collector.backends.common.CommandBackend`).
     ``subjobs``: also stat array subjobs (``-t``).  ``tz``: the server's time
     zone for the times qstat prints (None = this machine's).  ``history_batch``:
     job ids per ``qstat -x`` call.
@@ -564,10 +497,9 @@ class PBSBackend:
         scheduler: str = "pbs",
         history_batch: int = 500,
     ) -> None:
-        self.prefix: list[str] = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
+        super().__init__(prefix=prefix, timeout=timeout)
         self.qstat = qstat
         self.pbsnodes = pbsnodes
-        self.timeout = float(timeout)
         self.subjobs = bool(subjobs)
         if tz is not None:
             _zone(tz)  # an unknown zone fails here, not at the first job
@@ -576,20 +508,11 @@ class PBSBackend:
         if history_batch < 1:
             raise ValueError("history_batch must be at least 1")
         self.history_batch = int(history_batch)
-        self._quote = bool(self.prefix) and self.prefix[0].rpartition("/")[2] == "ssh"
 
     def __repr__(self) -> str:
-        where = f" via {shlex.join(self.prefix)!r}" if self.prefix else ""
-        return f"PBSBackend({self.qstat!r}{where})"
+        return f"PBSBackend({self.qstat!r}{self._via()})"
 
-    # Running -------------------------------------------------------------------
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The words handed to the prefix (shell-quoted when it is ssh)."""
-        return [shlex.quote(word) for word in argv] if self._quote else list(argv)
-
-    def _run(self, argv: Sequence[str]) -> bytes:
-        return run(self.command(argv), prefix=self.prefix, timeout=self.timeout)
-
+    # Running (command, _run and _run_full: CommandBackend) ---------------------
     def _qstat_jobs_argv(self, *extra: str) -> list[str]:
         return [self.qstat, *extra, "-f", "-F", "json", *(("-t",) if self.subjobs else ())]
 
@@ -650,9 +573,7 @@ class PBSBackend:
         unknown while still printing the others; that is not a failure, any other
         complaint on stderr is."""
         argv = [*self._qstat_jobs_argv("-x"), *job_ids]
-        returncode, out, err = run_full(
-            self.command(argv), prefix=self.prefix, timeout=self.timeout
-        )
+        returncode, out, err = self._run_full(argv)
         unknown: set[str] = set()
         if returncode != 0:
             lines = [line for line in err.splitlines() if line.strip()]

@@ -75,10 +75,8 @@ from __future__ import annotations
 import logging
 import pwd
 import re
-import shlex
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import product
 from typing import Any
 
@@ -102,8 +100,19 @@ from sdk.schema import (
     WAITING,
 )
 
-from ..command import run
 from .base import BadRecord, Native, Record, StatError, check_object_id
+from .common import (
+    QUEUE_CLOSED,
+    QUEUE_OPEN,
+    QUEUE_STOPPED,
+    CommandBackend,
+    check_record,
+    epoch_iso,
+    load_object,
+    mapping_field,
+    parse_int,
+    text_field,
+)
 
 log = logging.getLogger("jobtap.collector")
 
@@ -132,11 +141,9 @@ __all__ = [
     "slurm_time",
 ]
 
-# Queue states: the words of the PBS backend (open: accepts and runs jobs;
-# stopped: accepts jobs but starts none; closed: refuses new jobs).
-QUEUE_OPEN = "open"
-QUEUE_STOPPED = "stopped"
-QUEUE_CLOSED = "closed"
+# Queue states: QUEUE_OPEN, QUEUE_STOPPED, QUEUE_CLOSED (common.py), the words of
+# the PBS backend (open: accepts and runs jobs; stopped: accepts jobs but starts
+# none; closed: refuses new jobs).
 
 JOB_STATES: dict[str, str] = {
     "PENDING": QUEUED,
@@ -193,33 +200,15 @@ VOLATILE_JOB_KEYS = ("last_sched_evaluation",)
 VOLATILE_NODE_KEYS = ("cpu_load", "free_memory")
 
 MAX_ARRAY_TASKS = 100_000
-MAX_TEXT = 65536
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 
 
 # Parsers ---------------------------------------------------------------------------
 def _load(raw: bytes | str, command: str) -> dict[str, Any]:
-    """One ``orjson.loads`` of a whole output: a JSON object with an empty ``errors``."""
-    if not raw or not raw.strip():
-        raise StatError(f"{command} printed nothing (expected a JSON object)")
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        if isinstance(raw, bytes | bytearray):
-            try:
-                doc = orjson.loads(bytes(raw).decode("utf-8", errors="replace"))
-            except orjson.JSONDecodeError:
-                doc = None
-        else:
-            doc = None
-        if doc is None:
-            text = raw[:80].decode("utf-8", "replace") if isinstance(raw, bytes) else raw[:80]
-            excerpt = " ".join(str(text).split())
-            raise StatError(
-                f"{command} printed output that is not JSON ({exc}): {excerpt!r}"
-            ) from exc
-    if not isinstance(doc, dict):
-        raise StatError(f"{command} printed JSON that is not an object: {type(doc).__name__}")
+    """One ``orjson.loads`` of a whole output: a JSON object with an empty ``errors``.
+    Invalid UTF-8 is retried once (common.load_object); when that fails too, the
+    message gives the first attempt's complaint."""
+    doc = load_object(raw, command, report_first_error=True)
     errors = doc.get("errors")
     if errors:
         raise StatError(f"{command} reported errors: {_describe_errors(errors)}")
@@ -248,19 +237,6 @@ def _records(doc: dict[str, Any], key: str, command: str) -> list[Any]:
     return items
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
 def expand_task_ids(spec: str, limit: int = MAX_ARRAY_TASKS) -> list[int] | None:
     """Slurm's array task string as task ids: ``"2-5%2"`` -> [2, 3, 4, 5],
     ``"1,3,7-11:2"`` -> [1, 3, 7, 9, 11].  None if it does not parse or holds
@@ -287,11 +263,11 @@ def expand_task_ids(spec: str, limit: int = MAX_ARRAY_TASKS) -> list[int] | None
 
 
 def _squeue_id(job: dict[str, Any]) -> str | None:
-    job_id = _int(job.get("job_id"))
+    job_id = parse_int(job.get("job_id"))
     if job_id is None or job_id < 0:
         return None
-    array_id = _int(job.get("array_job_id")) or 0
-    task = _int(job.get("array_task_id"))
+    array_id = parse_int(job.get("array_job_id")) or 0
+    task = parse_int(job.get("array_task_id"))
     if array_id and task is not None:
         return f"{array_id}_{task}"
     return str(job_id)
@@ -311,7 +287,7 @@ def parse_squeue(raw: bytes | str) -> dict[str, Native]:
         if not isinstance(job, dict):
             out[f"?{index}"] = job
             continue
-        array_id = _int(job.get("array_job_id")) or 0
+        array_id = parse_int(job.get("array_job_id")) or 0
         spec = job.get("array_task_string")
         if array_id and job.get("array_task_id") is None and isinstance(spec, str) and spec:
             pending_arrays.append((array_id, job))
@@ -343,13 +319,13 @@ def parse_sinfo(raw: bytes | str) -> dict[str, Native]:
 
 
 def _sacct_id(job: dict[str, Any]) -> str | None:
-    job_id = _int(job.get("job_id"))
+    job_id = parse_int(job.get("job_id"))
     if job_id is None or job_id < 0:
         return None
     array = job.get("array")
     if isinstance(array, dict):
-        array_id = _int(array.get("job_id")) or 0
-        task = _int(array.get("task_id"))
+        array_id = parse_int(array.get("job_id")) or 0
+        task = parse_int(array.get("task_id"))
         if array_id and task is not None:
             return f"{array_id}_{task}"
     return str(job_id)
@@ -369,7 +345,7 @@ def parse_sacct(raw: bytes | str) -> dict[str, Native]:
             out[f"?{index}"] = job
             continue
         array = job.get("array") if isinstance(job.get("array"), dict) else {}
-        array_id = _int(array.get("job_id")) or 0
+        array_id = parse_int(array.get("job_id")) or 0
         spec = array.get("task")
         if array_id and array.get("task_id") is None and isinstance(spec, str) and spec:
             tasks = expand_task_ids(spec)
@@ -442,38 +418,14 @@ def parse_scontrol_partitions(raw: bytes | str) -> dict[str, Native]:
 # Field helpers ---------------------------------------------------------------------
 def slurm_time(value: Any) -> str | None:
     """Seconds since the epoch as UTC ISO-8601 with offset; None for 0, absent or odd."""
-    seconds = _int(value)
+    seconds = parse_int(value)
     if seconds is None or seconds <= 0:
         return None
-    try:
-        return datetime.fromtimestamp(seconds, UTC).isoformat()
-    except (OverflowError, OSError, ValueError):
-        return None
+    return epoch_iso(seconds)
 
 
-def _text(native: Native, key: str) -> str | None:
-    """A text attribute; the empty string is None."""
-    value = native.get(key)
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        if len(value) > MAX_TEXT:
-            raise BadRecord(f"{key} longer than {MAX_TEXT} characters")
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    raise BadRecord(f"{key} is a {type(value).__name__}, expected text: {value!r:.80}")
-
-
-def _mapping(native: Native, key: str) -> dict[str, Any]:
-    value = native.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise BadRecord(f"{key} is a {type(value).__name__}, expected an object")
-    return value
+# A text attribute; the empty string is None.
+_text = partial(text_field, empty_is_none=True)
 
 
 def _hostlist_items(text: str) -> Iterator[str]:
@@ -541,7 +493,7 @@ def expand_hostlist(value: Any) -> list[str]:
 def exit_status_from_wait(value: Any) -> int | None:
     """squeue's ``exit_code`` (a wait status) as an exit status: ``768`` -> 3,
     ``15`` (killed by SIGTERM) -> 271 (256 + signal)."""
-    status = _int(value)
+    status = parse_int(value)
     if status is None or status < 0 or status > 0xFFFF:
         return None
     signal = status & 0x7F
@@ -555,7 +507,7 @@ def exit_status_from_text(value: Any) -> int | None:
     if not isinstance(value, str):
         return None
     code, _, signal = value.partition(":")
-    code_n, signal_n = _int(code), _int(signal) if signal else 0
+    code_n, signal_n = parse_int(code), parse_int(signal) if signal else 0
     if code_n is None or signal_n is None:
         return None
     return 256 + signal_n if signal_n else code_n
@@ -568,24 +520,24 @@ def _exit_from_json(value: Any) -> int | None:
     status = value.get("status")
     signal = value.get("signal")
     if status == "SIGNALED" and isinstance(signal, dict):
-        number = _int(signal.get("signal_id"))
+        number = parse_int(signal.get("signal_id"))
         if number:
             return 256 + number
     if status == "PENDING":
         return None
-    return _int(value.get("return_code"))
+    return parse_int(value.get("return_code"))
 
 
 def _walltime(minutes: Any) -> str | None:
     """A time limit in minutes as ``HH:MM:SS`` (PBS's walltime format); None = no limit."""
-    m = _int(minutes)
+    m = parse_int(minutes)
     if m is None or m < 0 or m >= 0xFFFFFFFE:
         return None
     return f"{m // 60:02d}:{m % 60:02d}:00"
 
 
 def _duration(seconds: Any) -> str | None:
-    s = _int(seconds)
+    s = parse_int(seconds)
     if s is None or s < 0:
         return None
     return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
@@ -618,7 +570,7 @@ def job_state(native_state: Any, reason: Any = None, priority: Any = None) -> st
     word = native_state.split()[0].upper()  # sacct's text form says "CANCELLED by 0"
     state = JOB_STATES.get(word, UNKNOWN)
     if state == QUEUED and word == "PENDING":
-        if reason in HOLD_REASONS or _int(priority) == 0:
+        if reason in HOLD_REASONS or parse_int(priority) == 0:
             return HELD
         if reason in WAIT_REASONS:
             return WAITING
@@ -628,7 +580,7 @@ def job_state(native_state: Any, reason: Any = None, priority: Any = None) -> st
 def _user(name: Any, uid: Any) -> str:
     user = name if isinstance(name, str) and name else None
     if user is None:
-        number = _int(uid)
+        number = parse_int(uid)
         user = _user_of_uid(number) if number is not None and number >= 0 else None
         if user is None and number is not None and number >= 0:
             user = str(number)
@@ -663,10 +615,10 @@ def _reason(state: str, word: str, slurm_reason: str | None, exit_status: int | 
 def _array_fields(job_id: str, parent: int, task: Any) -> tuple[str | None, int | None]:
     if not parent:
         return None, None
-    index = _int(task)
+    index = parse_int(task)
     if index is None:
         head, sep, tail = job_id.partition("_")
-        index = _int(tail) if sep else None
+        index = parse_int(tail) if sep else None
     return str(parent), index
 
 
@@ -683,13 +635,13 @@ def _normalise_squeue(job_id: str, native: Native, scheduler: str) -> Record:
     started = ran and state not in _NOT_STARTED
     ended = state in TERMINAL or state == EXITING
     exit_status = exit_status_from_wait(native.get("exit_code")) if ended and ran else None
-    start, end = _int(native.get("start_time")), _int(native.get("end_time"))
+    start, end = parse_int(native.get("start_time")), parse_int(native.get("end_time"))
     tres = _tres(native.get("tres_req_str"))
     used: dict[str, Any] = {}
     if state in TERMINAL and started and start and end and end >= start:
         used["walltime"] = _duration(end - start)
     array_parent, array_index = _array_fields(
-        job_id, _int(native.get("array_job_id")) or 0, native.get("array_task_id")
+        job_id, parse_int(native.get("array_job_id")) or 0, native.get("array_task_id")
     )
     return {
         "id": job_id,
@@ -708,8 +660,8 @@ def _normalise_squeue(job_id: str, native: Native, scheduler: str) -> Record:
         "end_time": slurm_time(end) if ended and end else None,
         "exit_status": exit_status,
         "requested": {
-            "ncpus": _int(native.get("cpus")) or _int(tres.get("cpu")),
-            "nodes": _int(native.get("node_count")) or _int(tres.get("node")),
+            "ncpus": parse_int(native.get("cpus")) or parse_int(tres.get("cpu")),
+            "nodes": parse_int(native.get("node_count")) or parse_int(tres.get("node")),
             "mem": tres.get("mem"),
             "walltime": _walltime(native.get("time_limit")),
             "select": None,
@@ -718,7 +670,7 @@ def _normalise_squeue(job_id: str, native: Native, scheduler: str) -> Record:
         "resources_used": used,
         "array_parent": array_parent,
         "array_index": array_index,
-        "priority": _int(native.get("priority")),
+        "priority": parse_int(native.get("priority")),
         "native": native,
     }
 
@@ -729,7 +681,7 @@ def _tres_list(value: Any) -> dict[str, int]:
     if isinstance(value, list):
         for item in value:
             if isinstance(item, dict) and isinstance(item.get("type"), str):
-                count = _int(item.get("count"))
+                count = parse_int(item.get("count"))
                 if count is not None:
                     out[item["type"]] = count
     return out
@@ -762,34 +714,34 @@ def _sacct_exit(native: Native, word: str) -> int | None:
 
 
 def _normalise_sacct(job_id: str, native: Native, scheduler: str) -> Record:
-    state_obj = _mapping(native, "state")
+    state_obj = mapping_field(native, "state")
     word = state_obj.get("current")
     slurm_reason = state_obj.get("reason")
     state = job_state(word, slurm_reason, native.get("priority"))
     word = word.split()[0].upper()
     user = _user(native.get("user"), None)
-    times = _mapping(native, "time")
+    times = mapping_field(native, "time")
     allocated = expand_hostlist(native.get("nodes"))
-    start, end = _int(times.get("start")), _int(times.get("end"))
+    start, end = parse_int(times.get("start")), parse_int(times.get("end"))
     ran = bool(allocated) and bool(start)
     started = ran and state not in _NOT_STARTED
     ended = state in TERMINAL or state == EXITING
     exit_status = _sacct_exit(native, word) if ended and ran else None
-    tres = _tres_list(_mapping(native, "tres").get("requested"))
-    required = _mapping(native, "required")
+    tres = _tres_list(mapping_field(native, "tres").get("requested"))
+    required = mapping_field(native, "required")
     used: dict[str, Any] = {}
     if state in TERMINAL and started:
         elapsed = _duration(times.get("elapsed"))
         if elapsed is not None:
             used["walltime"] = elapsed
-        total = _mapping(times, "total")
+        total = mapping_field(times, "total")
         if "seconds" in total:
             used["cput"] = _duration(total.get("seconds"))
     comment = native.get("comment")
     comment_text = comment.get("job") if isinstance(comment, dict) else comment
-    array = _mapping(native, "array")
+    array = mapping_field(native, "array")
     array_parent, array_index = _array_fields(
-        job_id, _int(array.get("job_id")) or 0, array.get("task_id")
+        job_id, parse_int(array.get("job_id")) or 0, array.get("task_id")
     )
     killer = native.get("kill_request_user")
     mem = tres.get("mem")
@@ -816,8 +768,8 @@ def _normalise_sacct(job_id: str, native: Native, scheduler: str) -> Record:
         "end_time": slurm_time(end) if ended and end else None,
         "exit_status": exit_status,
         "requested": {
-            "ncpus": _int(required.get("CPUs")) or tres.get("cpu"),
-            "nodes": tres.get("node") or _int(native.get("allocation_nodes")) or None,
+            "ncpus": parse_int(required.get("CPUs")) or tres.get("cpu"),
+            "nodes": tres.get("node") or parse_int(native.get("allocation_nodes")) or None,
             "mem": f"{mem}M" if mem else None,
             "walltime": _walltime(times.get("limit")),
             "select": None,
@@ -826,7 +778,7 @@ def _normalise_sacct(job_id: str, native: Native, scheduler: str) -> Record:
         "resources_used": used,
         "array_parent": array_parent,
         "array_index": array_index,
-        "priority": _int(native.get("priority")),
+        "priority": parse_int(native.get("priority")),
         "native": native,
     }
 
@@ -840,10 +792,9 @@ def normalise_job(
     seconds.  ``native`` is the record itself, not a copy, and is not modified.
     """
     check_object_id(job_id, "job id")
-    if not isinstance(native, dict):
-        raise BadRecord(f"job record is a {type(native).__name__}, expected an object")
+    check_record(native, "job")
     number = native.get("job_id")
-    if _int(number) is None or isinstance(number, str):
+    if parse_int(number) is None or isinstance(number, str):
         raise BadRecord(f"job_id missing or not a number: {number!r:.40}")
     if "job_state" in native:
         return _normalise_squeue(job_id, native, scheduler)
@@ -890,8 +841,7 @@ def normalise_node(
     as ``jobtap_jobs`` from the same cycle's squeue (sinfo does not list them).
     """
     check_object_id(name, "node name")
-    if not isinstance(native, dict):
-        raise BadRecord(f"node record is a {type(native).__name__}, expected an object")
+    check_record(native, "node")
     base = native.get("state")
     flags = native.get("state_flags")
     state = node_state(base, flags)
@@ -906,15 +856,15 @@ def normalise_node(
         "jobs": [j for j in jobs if isinstance(j, str)] if isinstance(jobs, list) else [],
         "resources": {
             "available": {
-                "cpus": _int(native.get("cpus")),
-                "mem": _int(native.get("real_memory")),
+                "cpus": parse_int(native.get("cpus")),
+                "mem": parse_int(native.get("real_memory")),
                 "gres": _text(native, "gres"),
                 "features": _text(native, "active_features"),
                 "partitions": native.get("partitions") or [],
             },
             "assigned": {
-                "cpus": _int(native.get("alloc_cpus")),
-                "mem": _int(native.get("alloc_memory")),
+                "cpus": parse_int(native.get("alloc_cpus")),
+                "mem": parse_int(native.get("alloc_memory")),
                 "gres": _text(native, "gres_used"),
             },
         },
@@ -942,7 +892,7 @@ def partition_state(value: Any) -> str:
 def _number_or_text(value: Any) -> int | str | None:
     if value is None or value == "":
         return None
-    number = _int(value)
+    number = parse_int(value)
     return number if number is not None else value
 
 
@@ -955,8 +905,7 @@ def normalise_queue(
     :class:`SlurmBackend` adds as ``jobtap_counts`` from the same cycle's squeue.
     """
     check_object_id(name, "queue name")
-    if not isinstance(native, dict):
-        raise BadRecord(f"queue record is a {type(native).__name__}, expected an object")
+    check_record(native, "queue")
     native_state = native.get("State")
     counts = native.get("jobtap_counts")
     return {
@@ -985,7 +934,7 @@ def normalise_queue(
 
 
 # The backend -----------------------------------------------------------------------
-class SlurmBackend:
+class SlurmBackend(CommandBackend):
     """Slurm through its commands: ``squeue --json`` (jobs), ``sinfo --json``
     (nodes), ``scontrol show partition -o`` (queues), ``sacct --json`` (history).
 
@@ -1018,31 +967,20 @@ class SlurmBackend:
         history_batch: int = 500,
         drop_volatile: bool = True,
     ) -> None:
-        self.prefix: list[str] = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
+        super().__init__(prefix=prefix, timeout=timeout)
         self.squeue = squeue
         self.sinfo = sinfo
         self.sacct = sacct
         self.scontrol = scontrol
-        self.timeout = float(timeout)
         self.scheduler = scheduler
         if history_batch < 1:
             raise ValueError("history_batch must be at least 1")
         self.history_batch = int(history_batch)
         self.drop_volatile = bool(drop_volatile)
-        self._quote = bool(self.prefix) and self.prefix[0].rpartition("/")[2] == "ssh"
         self._last_jobs: dict[str, Native] | None = None
 
     def __repr__(self) -> str:
-        where = f" via {shlex.join(self.prefix)!r}" if self.prefix else ""
-        return f"SlurmBackend({self.squeue!r}{where})"
-
-    # Running -------------------------------------------------------------------
-    def command(self, argv: Sequence[str]) -> list[str]:
-        """The words handed to the prefix (shell-quoted when it is ssh)."""
-        return [shlex.quote(word) for word in argv] if self._quote else list(argv)
-
-    def _run(self, argv: Sequence[str]) -> bytes:
-        return run(self.command(argv), prefix=self.prefix, timeout=self.timeout)
+        return f"SlurmBackend({self.squeue!r}{self._via()})"
 
     # Stats ---------------------------------------------------------------------
     def stat_jobs(self) -> dict[str, Native]:
