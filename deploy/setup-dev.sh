@@ -6,15 +6,12 @@ set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 
-need=""
-"$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || need="$need python3-venv"
-command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
-if [ -n "$need" ]; then
+apt_install() {
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "jobtap setup: please install:$need (Debian: apt-get install$need)" >&2
+        echo "jobtap setup: please install: $* (Debian: apt-get install $*)" >&2
         exit 1
     fi
-    echo "jobtap setup: installing$need" >&2
+    echo "jobtap setup: installing $*" >&2
     # Install without starting services: the tests start their own redis-server.
     policy=/usr/sbin/policy-rc.d
     made_policy=0
@@ -23,13 +20,20 @@ if [ -n "$need" ]; then
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $need >/dev/null
-    [ "$made_policy" = 1 ] && rm -f "$policy"
-fi
+    # shellcheck disable=SC2068
+    apt-get install -y -qq --no-install-recommends $@ >/dev/null
+    if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi
+}
+
+command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 
 if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+    # Debian's python3 makes venvs only with python3-venv (ensurepip) installed.
+    if ! "$PYTHON" -m venv .venv >/dev/null 2>&1; then
+        rm -rf .venv
+        apt_install python3-venv
+        "$PYTHON" -m venv .venv
+    fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
