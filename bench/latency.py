@@ -17,15 +17,10 @@ import argparse
 import multiprocessing as mp
 import os
 import random
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import orjson
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 SITE = "bench"
 JOBS_PER_SUB = 20
@@ -150,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--procs", type=int, default=2, help="processes for the clients")
     args = ap.parse_args(argv)
 
-    from redis_server import RedisServer
+    from collector.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     server = RedisServer(args=["--maxclients", "20000"]).start()

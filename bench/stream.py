@@ -18,15 +18,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import orjson
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
 SITE = "bench"
 VERSIONS = 20
@@ -98,9 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--count", type=int, default=1000, help="events per XREAD batch")
     args = ap.parse_args(argv)
 
-    from redis_server import RedisServer
-
     import sdk
+    from collector.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     server = RedisServer().start()

@@ -22,10 +22,9 @@ import redis
 
 from sdk.keys import SiteKeys
 
+from .poke import POKE_MAXLEN
+
 log = logging.getLogger("jobtap.collector")
-
-POKE_MAXLEN = 10_000  # entries kept in the poke stream (approximately)
-
 
 def poke(r: redis.Redis, keys: SiteKeys, job_ids: Sequence[str], source: str = "") -> str:
     """Append one poke naming ``job_ids``; return its stream id."""

@@ -89,12 +89,13 @@ def poke(url: str, site: str, job_ids: list[str], *, timeout: float = 2.0) -> by
     key = SiteKeys(site).pokes
     xadd = encode("XADD", key, "MAXLEN", "~", POKE_MAXLEN, "*",
                   "ids", " ".join(job_ids), "source", socket.gethostname())  # fmt: skip
-    if url.startswith("rediss://"):
-        import redis  # TLS: let redis-py do it
+    if url.startswith("rediss://"):  # TLS: let redis-py do it
+        import redis
+
+        from .follow import poke as poke_with_client
 
         r = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-        return r.xadd(key, {"ids": " ".join(job_ids), "source": socket.gethostname()},
-                      maxlen=POKE_MAXLEN, approximate=True)  # fmt: skip
+        return poke_with_client(r, SiteKeys(site), job_ids).encode()
     sock, setup = connect(url, timeout)
     with sock, sock.makefile("rb") as replies:
         sock.sendall(b"".join(setup) + xadd)

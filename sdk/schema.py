@@ -109,17 +109,9 @@ JSON_FIELDS = frozenset(
 BOOKKEEPING = frozenset({"version", "updated_at", "cycle", "final"})
 
 
-def encode_value(name: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if name in JSON_FIELDS:
-        return orjson.dumps(value).decode()
-    return str(value)
-
-
 def to_hash(record: Mapping[str, Any]) -> dict[str, str]:
-    """Encode a record for HSET: every value becomes a string (the same as
-    :func:`encode_value` field by field, inlined: writers call it per object)."""
+    """Encode a record for HSET: every value becomes a string (None: empty,
+    lists and dicts: JSON, numbers: decimal)."""
     out = {}
     dumps = orjson.dumps
     for name, value in record.items():

@@ -65,7 +65,7 @@ def test_nodes_and_queues(client, writer, r):
 
 
 def test_several_sites_in_one_client(redis_server, hermetic, tmp_path):
-    from redis_server import RedisServer
+    from collector.localredis import RedisServer
 
     (tmp_path / "other").mkdir()
     other = RedisServer(tmp_path / "other").start()

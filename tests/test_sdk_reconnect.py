@@ -11,10 +11,10 @@ import threading
 import time
 
 import pytest
-from redis_server import RedisServer
 from test_sdk_helpers import SITE, Recorder, Writer, hermetic  # noqa: F401
 
 import sdk
+from collector.localredis import RedisServer
 from workers.apply import Settings
 
 

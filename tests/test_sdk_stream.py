@@ -10,10 +10,10 @@ import time
 
 import orjson
 import pytest
-from redis_server import RedisServer
 from test_sdk_helpers import SITE, K, Writer, client, hermetic, writer  # noqa: F401
 
 import sdk
+from collector.localredis import RedisServer
 from sdk.dedupe import VersionMemory
 
 
@@ -183,7 +183,7 @@ def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
 
 
 def test_unreachable_redis_is_a_clear_error(hermetic):
-    from redis_server import free_port
+    from collector.localredis import free_port
 
     client = sdk.Client(f"redis://127.0.0.1:{free_port()}/0", site=SITE)
     with pytest.raises(sdk.RedisUnavailable, match="cannot reach Redis"):

@@ -82,7 +82,7 @@ class Applier:
         self.redis = r
         self.settings = settings or Settings()
         self.script = r.register_script(_SCRIPT)
-        self.sha = r.script_load(_SCRIPT)
+        r.script_load(_SCRIPT)  # batches are sent by sha without waiting for a reply
         # Reads go through a twin client that decodes replies in hiredis (C).
         self.reader = redis.Redis(
             connection_pool=redis.ConnectionPool(
@@ -131,14 +131,13 @@ class Applier:
 
     def _send(self, conn, keys: SiteKeys, part: dict[str, Any], plan: _Plan) -> None:
         kargs, argv = self._args(keys, part, plan)
-        conn.send_command("EVALSHA", self.sha, len(kargs), *kargs, *argv)
+        conn.send_command("EVALSHA", self.script.sha, len(kargs), *kargs, *argv)
 
     def _finish(self, conn, keys, part, plan: _Plan, totals: dict[str, int]) -> None:
         try:
             reply = conn.read_response()
         except redis.exceptions.NoScriptError:  # Redis restarted or flushed its scripts
-            self.sha = self.redis.script_load(_SCRIPT)
-            reply = None
+            reply = None  # _run below loads the script again
         for _ in range(self.settings.max_attempts):
             if reply is not None and reply[0] in (b"ok", "ok"):
                 totals["events"] += int(reply[1])
