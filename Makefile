@@ -12,15 +12,15 @@ $(VENV)/.installed: pyproject.toml deploy/setup-dev.sh
 	touch $@
 
 test: setup
-	$(BIN)/ruff check collector workers sdk tests bench
+	$(BIN)/ruff check collector workers sdk cli acl sim tests bench
 	$(BIN)/pytest
 
 demo: setup
 	$(BIN)/jobtap demo
 
 lint: setup
-	$(BIN)/ruff check collector workers sdk tests bench
-	$(BIN)/ruff format --check collector workers sdk tests bench
+	$(BIN)/ruff check collector workers sdk cli acl sim tests bench
+	$(BIN)/ruff format --check collector workers sdk cli acl sim tests bench
 
 bench: setup
 	$(BIN)/python -m bench.cycle --jobs 100000

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import orjson
 
-from collector.backends.pbs import normalise_job
-from collector.localredis import RedisServer
-from collector.ship import Shipper, chunked, encode_chunk
-from sdk.keys import SiteKeys
-from workers.apply import Applier
-from workers.service import run_worker, tune_gc
+from jobtap.cli.localredis import RedisServer
+from jobtap.collector.backends.pbs import normalise_job
+from jobtap.collector.ship import Shipper, chunked, encode_chunk
+from jobtap.keys import SiteKeys
+from jobtap.workers.apply import Applier
+from jobtap.workers.service import run_worker, tune_gc
 
 SITE = "bench"
 FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/pbs/bench-5000.qstat-f.json.gz"

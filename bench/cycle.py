@@ -22,10 +22,10 @@ import time
 
 import orjson
 
-from collector.backends.pbs import normalise_job, parse_qstat_jobs
-from collector.cycle import Collector
-from collector.localredis import RedisServer
-from collector.sim import Simulation
+from jobtap.cli.localredis import RedisServer
+from jobtap.collector.backends.pbs import normalise_job, parse_qstat_jobs
+from jobtap.collector.cycle import Collector
+from jobtap.sim.model import Simulation
 
 SITE = "bench"
 

@@ -20,12 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from collector.backends.sim import SimBackend
-from collector.cycle import Collector
-from collector.follow import poke
-from collector.localredis import RedisServer
-from collector.service import CollectorService
-from sdk.keys import SiteKeys
+from jobtap.cli.localredis import RedisServer
+from jobtap.collector.cycle import Collector
+from jobtap.collector.follow import poke
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.sim.backend import SimBackend
 
 SITE = "soak"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -71,7 +71,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "collector",
+                "jobtap.cli",
                 "worker",
                 "--redis",
                 server.url,

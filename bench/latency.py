@@ -60,7 +60,7 @@ def upsert(rec: dict) -> dict:
 def populate(url: str, users: int, jobs: int) -> int:
     import redis
 
-    from workers.apply import Applier
+    from jobtap.workers.apply import Applier
 
     applier = Applier(redis.Redis.from_url(url))
     recs = [upsert(record(u, n)) for u in range(users) for n in range(jobs)]
@@ -71,11 +71,11 @@ def populate(url: str, users: int, jobs: int) -> int:
 
 def clients_proc(url, users, subs, ready, go, stop, out) -> None:
     """Runs some of the clients; sends back the latencies (seconds)."""
-    import sdk
+    import jobtap
 
     latencies: list[float] = []
 
-    def on_change(change: sdk.Change) -> None:
+    def on_change(change: jobtap.Change) -> None:
         if change.type == "initial":
             return
         observed = datetime.fromisoformat(change.event["observed_at"]).timestamp()
@@ -83,7 +83,7 @@ def clients_proc(url, users, subs, ready, go, stop, out) -> None:
 
     clients = []
     for u in users:
-        c = sdk.Client(url, site=SITE)
+        c = jobtap.Client(url, site=SITE)
         for s in range(subs):
             ids = [job_id(u, s * JOBS_PER_SUB + n) for n in range(JOBS_PER_SUB)]
             c.subscribe(on_change, jobs=ids)
@@ -101,7 +101,7 @@ def driver_proc(url, users, jobs, rate, seconds, start_cycle, go, stop, out) -> 
     """Applies ``rate`` changed jobs per second in chunks every 10 ms."""
     import redis
 
-    from workers.apply import Applier
+    from jobtap.workers.apply import Applier
 
     applier = Applier(redis.Redis.from_url(url))
     go.wait()
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--procs", type=int, default=2, help="processes for the clients")
     args = ap.parse_args(argv)
 
-    from collector.localredis import RedisServer
+    from jobtap.cli.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     server = RedisServer(args=["--maxclients", "20000"]).start()

@@ -130,9 +130,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
     sys.path.insert(0, str(ROOT))
-    import sdk
-    from collector.localredis import RedisServer
-    from sdk.keys import SiteKeys
+    import jobtap
+    from jobtap.cli.localredis import RedisServer
+    from jobtap.keys import SiteKeys
 
     keys = SiteKeys(SITE)
 
@@ -150,7 +150,7 @@ def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
     finals: dict[str, tuple[float, object]] = {}
     got = threading.Condition()
 
-    def on_change(change: sdk.Change) -> None:
+    def on_change(change: jobtap.Change) -> None:
         if change.final:
             now = time.time()
             with got:
@@ -165,7 +165,7 @@ def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
             for words in (["worker", *common], argv):
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "collector", *words],
+                        [sys.executable, "-m", "jobtap.cli", *words],
                         cwd=ROOT,
                         stdout=log,
                         stderr=log,
@@ -183,7 +183,7 @@ def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
                     t = time.monotonic()
                     sh(str(JOBTAP), "poke", "--redis", server.url, "--site", f"{SITE}-probe", "0")
                     phase.poke_cost.append(time.monotonic() - t)
-            client = sdk.Client(server.url, site=SITE)
+            client = jobtap.Client(server.url, site=SITE)
             client.subscribe(on_change, user="root", initial=False)
             sh("sdiag", "--reset")
             t0 = time.monotonic()

@@ -146,11 +146,11 @@ def run_polling(args: argparse.Namespace, jobs: list[str]) -> Phase:
 
 def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
     sys.path.insert(0, str(ROOT))
-    import sdk
-    from collector.backends.slurm import SlurmBackend
-    from collector.cycle import Collector
-    from collector.localredis import RedisServer
-    from collector.service import CollectorService
+    import jobtap
+    from jobtap.cli.localredis import RedisServer
+    from jobtap.collector.backends.slurm import SlurmBackend
+    from jobtap.collector.cycle import Collector
+    from jobtap.collector.service import CollectorService
 
     phase = Phase(
         f"{args.tools} tools subscribed through jobtap (collector every {args.interval:g}s)"
@@ -158,7 +158,7 @@ def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
     server = RedisServer(workdir / "redis").start()
     log = open(workdir / "worker.log", "ab")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "collector", "worker", "--redis", server.url, "--site", SITE],
+        [sys.executable, "-m", "jobtap.cli", "worker", "--redis", server.url, "--site", SITE],
         cwd=ROOT,
         stdout=log,
         stderr=log,
@@ -184,7 +184,7 @@ def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
         loop = threading.Thread(target=service.run, daemon=True)
         loop.start()
         for _ in range(args.tools):
-            client = sdk.Client(server.url, site=SITE)
+            client = jobtap.Client(server.url, site=SITE)
             client.subscribe(on_change, user="root")
             clients.append(client)
         feeder = threading.Thread(target=churn, args=(stop, 10.0, submitted), daemon=True)

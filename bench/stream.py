@@ -44,7 +44,7 @@ def record(n: int, version: int) -> dict:
 def fill(url: str, events: int) -> int:
     import redis
 
-    from workers.apply import Applier, Settings
+    from jobtap.workers.apply import Applier, Settings
 
     applier = Applier(redis.Redis.from_url(url), Settings(site_maxlen=events * 2))
     jobs = max(1, events // VERSIONS)
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--count", type=int, default=1000, help="events per XREAD batch")
     args = ap.parse_args(argv)
 
-    import sdk
-    from collector.localredis import RedisServer
+    import jobtap
+    from jobtap.cli.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     server = RedisServer().start()
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         total = fill(server.url, args.events)
         print(f"filled the stream with {total} events in {time.perf_counter() - t0:.1f} s")
-        with sdk.Client(server.url, site=SITE) as client:
+        with jobtap.Client(server.url, site=SITE) as client:
             for mode in ("plain", "export", "group", "typed"):
                 n, elapsed = consume(client, mode, args.count, total)
                 figures[mode] = n / elapsed

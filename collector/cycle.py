@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
-from sdk.keys import SiteKeys
-from sdk.schema import JOB, NODE, QUEUE, TERMINAL
+from jobtap.keys import SiteKeys
+from jobtap.schema import JOB, NODE, QUEUE, TERMINAL
 
 from .backends.base import Backend, BadRecord, Native, Record, StatError, check_object_id
 from .fingerprint import fingerprint, fingerprint_all

@@ -20,16 +20,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import redis
 
-from sdk.keys import SiteKeys
-
-from .poke import POKE_MAXLEN
+from jobtap.keys import POKES_MAXLEN, SiteKeys
 
 log = logging.getLogger("jobtap.collector")
+
 
 def poke(r: redis.Redis, keys: SiteKeys, job_ids: Sequence[str], source: str = "") -> str:
     """Append one poke naming ``job_ids``; return its stream id."""
     fields = {"ids": " ".join(job_ids), "source": source or socket.gethostname()}
-    entry = r.xadd(keys.pokes, fields, maxlen=POKE_MAXLEN, approximate=True)
+    entry = r.xadd(keys.pokes, fields, maxlen=POKES_MAXLEN, approximate=True)
     return entry.decode() if isinstance(entry, bytes) else entry
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sdk.schema import BAD_NODE_STATES, EXITING, RUNNING, SUSPENDED
+from jobtap.schema import BAD_NODE_STATES, EXITING, RUNNING, SUSPENDED
 
 ON_NODES = frozenset({RUNNING, SUSPENDED, EXITING})
 

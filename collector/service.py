@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from sdk.schema import EXITING, JOB
+from jobtap.schema import EXITING, JOB
 
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader

@@ -23,9 +23,9 @@ import orjson
 import redis
 from rq import Queue, Retry
 
-from sdk.keys import SiteKeys
+from jobtap.keys import SiteKeys
 
-APPLY_FUNC = "workers.apply.apply_chunk"
+APPLY_FUNC = "jobtap.workers.apply.apply_chunk"
 STATE = "state"
 UPDATE = "update"
 PRIORITIES = (STATE, UPDATE)

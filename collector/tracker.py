@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from sdk.keys import SiteKeys
-from sdk.schema import KINDS
+from jobtap.keys import SiteKeys
+from jobtap.schema import KINDS
 
 
 @dataclass(slots=True)

@@ -1,15 +1,15 @@
 """jobtap SDK: read the job cache instead of polling the scheduler, subscribe to
 changes with callbacks, wait for a job, consume the deduplicated event stream.
 
-    import sdk
+    import jobtap
 
-    client = sdk.Client()                       # $JOBTAP_REDIS, $JOBTAP_SITE, credentials
-    job = client.job("12.pbs")                  # sdk.Job | None
+    client = jobtap.Client()                       # $JOBTAP_REDIS, $JOBTAP_SITE, credentials
+    job = client.job("12.pbs")                  # jobtap.Job | None
     client.subscribe(print, jobs=["12.pbs"])    # initial record, then every change
-    client.wait("12.pbs", timeout=600)          # -> sdk.Job in a terminal state
+    client.wait("12.pbs", timeout=600)          # -> jobtap.Job in a terminal state
 
-``sdk.aio`` has the same API for asyncio.  The submodules ``sdk.keys``,
-``sdk.schema`` and ``sdk.events`` are the contract with the writers (key names,
+``jobtap.aio`` has the same API for asyncio.  The submodules ``jobtap.keys``,
+``jobtap.schema`` and ``jobtap.events`` are the contract with the writers (key names,
 the normalised record, the event).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# The names below load on first use: `import sdk.keys` (the contract, used by
+# The names below load on first use: `import jobtap.keys` (the contract, used by
 # `jobtap poke` in scheduler hooks) must not pay for redis-py and the client.
 _LAZY = {
     "Client": ".client",

@@ -1,8 +1,8 @@
 """The same API for asyncio.
 
-    import sdk.aio
+    import jobtap.aio
 
-    async with sdk.aio.Client() as client:
+    async with jobtap.aio.Client() as client:
         job = await client.job("12.pbs")
         async with await client.subscribe(jobs=["12.pbs"]) as sub:
             async for change in sub:               # ends after the job's final change
@@ -11,11 +11,11 @@
         async for change in client.stream(group="kafka"):
             await producer.send(change.json)
 
-Built on the threaded client (:class:`sdk.Client`): its background thread does the
+Built on the threaded client (:class:`jobtap.Client`): its background thread does the
 pub/sub work and hands each change to the event loop, so callbacks (plain
 functions or coroutine functions) run on the loop, one at a time and in order;
 cache reads and stream batches run in worker threads.  Guarantees and arguments
-are those of :class:`sdk.Client`.
+are those of :class:`jobtap.Client`.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class Subscription:
 
 
 class EventStream:
-    """``async for change in stream``: the deduplicated stream of :mod:`sdk.stream`,
+    """``async for change in stream``: the deduplicated stream of :mod:`jobtap.stream`,
     fetched batch by batch in a worker thread."""
 
     def __init__(self, stream: SyncEventStream):
@@ -154,7 +154,7 @@ class EventStream:
         return self._stream.delivered - len(self._buffer)
 
     async def close(self) -> None:
-        """Ack what was handed out and stop (see :meth:`sdk.stream.EventStream.close`)."""
+        """Ack what was handed out and stop (see :meth:`jobtap.stream.EventStream.close`)."""
         self._stream._stop.set()  # a fetch in flight ends after its current read
         async with self._lock:
             # events fetched but not handed out stay pending for the group
@@ -177,7 +177,7 @@ def _next_batch(stream: SyncEventStream) -> list[Change] | None:
 
 
 class Client:
-    """The asyncio client; arguments as :class:`sdk.Client`."""
+    """The asyncio client; arguments as :class:`jobtap.Client`."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._client = SyncClient(*args, **kwargs)
@@ -220,7 +220,7 @@ class Client:
     async def subscribe(
         self, callback: Callable[[Change], Any] | None = None, **kw: Any
     ) -> Subscription:
-        """As :meth:`sdk.Client.subscribe`; ``callback`` is optional (iterate the
+        """As :meth:`jobtap.Client.subscribe`; ``callback`` is optional (iterate the
         subscription instead) and may be a coroutine function."""
         sub = Subscription(asyncio.get_running_loop(), callback)
 
@@ -248,7 +248,7 @@ class Client:
         user: str | None = None,
         site: str | None = None,
     ) -> Job:
-        """As :meth:`sdk.Client.wait`, without blocking the loop."""
+        """As :meth:`jobtap.Client.wait`, without blocking the loop."""
         wanted = frozenset([states] if isinstance(states, str) else states)
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
@@ -273,7 +273,7 @@ class Client:
             await sub.close()
 
     def stream(self, *args: Any, **kw: Any) -> EventStream:
-        """As :meth:`sdk.Client.stream`, for ``async for``."""
+        """As :meth:`jobtap.Client.stream`, for ``async for``."""
         return EventStream(self._client.stream(*args, **kw))
 
     async def close(self) -> None:

@@ -1,7 +1,7 @@
 """Reading the cache of one site: locating a job's owner, reading hashes
 (pipelined), listing a user's or the site's jobs, the nodes and the queues.
 
-Used by :class:`sdk.Client` in the caller's thread and by the dispatcher thread
+Used by :class:`jobtap.Client` in the caller's thread and by the dispatcher thread
 for snapshots and resyncs.  Raises redis-py errors; callers translate them.
 """
 

@@ -1,14 +1,14 @@
 """The client: read the cache instead of qstat, subscribe with callbacks, wait for a
 job, and consume the deduplicated event stream.
 
-    import sdk
+    import jobtap
 
-    with sdk.Client() as client:          # $JOBTAP_REDIS, $JOBTAP_SITE, credential file
+    with jobtap.Client() as client:          # $JOBTAP_REDIS, $JOBTAP_SITE, credential file
         job = client.job("12.pbs")        # Job | None, from the cache
         for j in client.jobs(user="alice", state="running"):
             print(j.id, j.queue, j.start_time)
 
-        def on_change(change: sdk.Change) -> None:
+        def on_change(change: jobtap.Change) -> None:
             print(change.type, change.object_id, change.record.state)
 
         with client.subscribe(on_change, jobs=["12.pbs"]):   # current record, then changes
@@ -52,7 +52,7 @@ class Client:
             then the credential file's ``url``, then ``redis://127.0.0.1:6379/0``.
         site: the site name; default ``$JOBTAP_SITE``, the credential file's, ``default``.
         username, password: the Redis (ACL) user; default from the credential file.
-        credentials: path of a credential file (see :mod:`sdk.credentials`); by
+        credentials: path of a credential file (see :mod:`jobtap.credentials`); by
             default ``~/.config/jobtap/credentials`` is read if it exists and neither
             ``username`` nor ``password`` is given.  It must have mode 0600.
         sites: several sites in one client: ``{"hpc1": "redis://a/0", "hpc2":
@@ -321,9 +321,9 @@ class Client:
         """Block until the job is in one of ``states`` (default: completed, failed or
         cancelled) and return its record; at once if it already is.
 
-        Raises :class:`~sdk.errors.WaitTimeout` (a ``TimeoutError``) after
-        ``timeout`` seconds, :class:`~sdk.errors.StateNotReached` if the job finished
-        in another state (or left the cache), :class:`~sdk.errors.JobNotFound` if the
+        Raises :class:`~jobtap.errors.WaitTimeout` (a ``TimeoutError``) after
+        ``timeout`` seconds, :class:`~jobtap.errors.StateNotReached` if the job finished
+        in another state (or left the cache), :class:`~jobtap.errors.JobNotFound` if the
         cache does not know the job and its user is unknown.  Built on
         :meth:`subscribe`: no polling.
         """
@@ -381,7 +381,7 @@ class Client:
         only) shares the events among its consumers with acks and crash recovery;
         otherwise the stream is read from ``since`` (a stream id, ``"0"`` for all it
         holds; default: new events only).  Delivery is at least once; see
-        :mod:`sdk.stream` for the details.  ``idle_timeout`` ends the iteration after
+        :mod:`jobtap.stream` for the details.  ``idle_timeout`` ends the iteration after
         that many seconds without events.
         """
         return EventStream(

@@ -1,5 +1,5 @@
 """Where a client connects: resolving URL, site and credentials, creating Redis
-clients, translating Redis errors into :mod:`sdk.errors`, and the reconnect
+clients, translating Redis errors into :mod:`jobtap.errors`, and the reconnect
 policy (tenacity: exponential backoff with jitter and a cap).
 
 Resolution order, first found wins:
@@ -175,7 +175,7 @@ def translate_error(exc: BaseException, url: str) -> JobtapError:
 
 @contextmanager
 def translated(url: str) -> Iterator[None]:
-    """Turn redis-py errors raised inside the block into :mod:`sdk.errors`."""
+    """Turn redis-py errors raised inside the block into :mod:`jobtap.errors`."""
     try:
         yield
     except redis.RedisError as exc:

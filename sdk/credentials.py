@@ -75,7 +75,7 @@ def load(path: str | os.PathLike | None = None, *, required: bool = True) -> Cre
 
     With ``path=None`` the default location is used and a missing file is not an
     error (``None`` is returned) unless ``required``.  A file that group or others
-    may read is refused with :class:`~sdk.errors.CredentialsError`.
+    may read is refused with :class:`~jobtap.errors.CredentialsError`.
     """
     p = Path(path).expanduser() if path is not None else default_path()
     try:

@@ -11,14 +11,18 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from .errors import ConfigError
+
 PREFIX = "jobtap"
+POKES_MAXLEN = 10_000  # entries kept in a site's poke stream (approximately)
 
 _SAFE_USER = re.compile(r"[^A-Za-z0-9._-]")
 _SITE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-class BadName(ValueError):
-    """A site, user or object name that cannot be turned into a key."""
+class BadName(ConfigError):
+    """A site, user or object name that cannot be turned into a key (a
+    :class:`~jobtap.ConfigError`, hence also a ``ValueError``)."""
 
 
 def escape_user(user: str) -> str:

@@ -1,7 +1,7 @@
 """Typed records (:class:`Job`, :class:`Node`, :class:`Queue`) and the
 :class:`Change` a subscription or a stream delivers.
 
-The records carry every field of the normalised record (see :mod:`sdk.schema`),
+The records carry every field of the normalised record (see :mod:`jobtap.schema`),
 decoded: integers as ``int``, timestamps as timezone-aware ``datetime``, lists and
 dicts as Python objects, and ``native``: the scheduler's own record, whole.
 
@@ -95,7 +95,7 @@ class _Record:
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]):
-        """Build from an event (``sdk.events.Event``): its ``record``, with ``final``
+        """Build from an event (``jobtap.events.Event``): its ``record``, with ``final``
         set when the event is the object's final one."""
         return cls.from_record(event["record"], final=event.get("type") == ev.FINAL)
 
@@ -214,7 +214,7 @@ def parse_event_id(eid: str) -> tuple[str, int]:
 
 
 def object_prefix(site: str, kind: str, object_id: str) -> str:
-    """The part of an event id before the version (see :func:`sdk.events.event_id`)."""
+    """The part of an event id before the version (see :func:`jobtap.events.event_id`)."""
     return ev.event_id(site, kind, object_id, 0)[:-2]
 
 
@@ -239,7 +239,7 @@ class Change:
     drop duplicates), ``type``, ``version``, ``kind``, ``site``, ``object_id``,
     ``user``, ``observed_at``, ``changes`` (``{attr: [old, new]}``), ``record``
     (a :class:`Job`, :class:`Node` or :class:`Queue`), ``final``, ``event`` (the
-    event as a dict, the ``sdk.events.Event`` schema), ``json`` (the same as
+    event as a dict, the ``jobtap.events.Event`` schema), ``json`` (the same as
     bytes) and ``stream_id`` (the Redis stream entry id, for ``stream(since=...)``;
     ``None`` for pub/sub deliveries).
     """

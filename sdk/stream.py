@@ -56,7 +56,7 @@ def default_consumer() -> str:
 
 
 class EventStream(Iterator[Change]):
-    """Iterator of :class:`~sdk.records.Change` from a site's or a user's stream.
+    """Iterator of :class:`~jobtap.records.Change` from a site's or a user's stream.
     Made by :meth:`Client.stream`; see the module documentation for the semantics.
 
     ``idle_timeout`` ends the iteration after that many seconds without an event

@@ -17,7 +17,7 @@ List-then-watch, per subscription:
 A gap (the version jumped, the connection dropped, Redis cut a slow subscriber off
 at its output-buffer limit) triggers a *resync*: re-read the hashes, then scan the
 streams backwards for the events missed since the last processed one (see
-:mod:`sdk.backfill`) and deliver them in order; what the streams no longer hold is
+:mod:`jobtap.backfill`) and deliver them in order; what the streams no longer hold is
 delivered as one ``resync`` change built from the hash.  A job whose hash expired
 meanwhile is looked up in the streams, so its ``final`` is never missed.
 """
@@ -163,7 +163,7 @@ class Subscription:
         self._ready = threading.Event()
         self._ended = threading.Event()
         self.error: JobtapError | None = None
-        self._on_end: Callable[[], Any] | None = None  # for sdk.aio
+        self._on_end: Callable[[], Any] | None = None  # for jobtap.aio
         self.resyncs = 0
         """How many times this subscription resynchronised after a gap."""
         self.delivered = 0

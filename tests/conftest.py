@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.localredis import RedisServer
+from jobtap.cli.localredis import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

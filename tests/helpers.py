@@ -9,8 +9,8 @@ from pathlib import Path
 import orjson
 import redis
 
-from sdk.keys import SiteKeys
-from workers.service import run_worker
+from jobtap.keys import SiteKeys
+from jobtap.workers.service import run_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_BIN = ROOT / "tests" / "fakes" / "bin"
@@ -72,7 +72,7 @@ class FakePBS:
         self.control.write_text(json.dumps(doc))
 
     def backend(self, **kw):
-        from collector.backends.pbs import PBSBackend
+        from jobtap.collector.backends.pbs import PBSBackend
 
         kw.setdefault("timeout", 10)
         return PBSBackend(
@@ -94,7 +94,7 @@ def check_against_truth(
     """
     from collections import defaultdict
 
-    from sdk.schema import TERMINAL
+    from jobtap.schema import TERMINAL
 
     everything = site_events(r, site)
     assert len({e["id"] for e in everything}) == len(everything), "an event id repeats"

@@ -25,14 +25,16 @@ from helpers import job_record
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import sdk
-from collector import acl, cli_acl
-from collector.cli_acl import acl as acl_cli
-from collector.localredis import RedisServer, free_port
-from collector.ship import encode_chunk
-from sdk import credentials
-from sdk.keys import SiteKeys, escape_user
-from workers.apply import Applier
+import jobtap
+from jobtap import credentials
+from jobtap.acl import files as acl_files
+from jobtap.acl import rules as acl
+from jobtap.cli import acl as cli_acl
+from jobtap.cli.acl import acl as acl_cli
+from jobtap.cli.localredis import RedisServer, free_port
+from jobtap.collector.ship import encode_chunk
+from jobtap.keys import SiteKeys, escape_user
+from jobtap.workers.apply import Applier
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = "hpc1"
@@ -538,10 +540,10 @@ def test_credential_dirs_in_a_home_are_walked_without_following_symlinks(tmp_pat
     (home / "elsewhere").mkdir(parents=True)
     (home / ".config").symlink_to(home / "elsewhere")
     with pytest.raises(OSError, match="not a plain directory"):
-        acl._walk(home, [".config", "jobtap"], create=True, owner=None)
+        acl_files._walk(home, [".config", "jobtap"], create=True, owner=None)
     assert list((home / "elsewhere").iterdir()) == []
     (home / ".config").unlink()
-    fd = acl._walk(home, [".config", "jobtap"], create=True, owner=None)
+    fd = acl_files._walk(home, [".config", "jobtap"], create=True, owner=None)
     os.close(fd)
     assert stat.S_IMODE((home / ".config" / "jobtap").stat().st_mode) == 0o700
 
@@ -559,8 +561,8 @@ def test_revoke_cuts_off_a_live_subscriber_within_a_second(
     )
     password = credentials.load(path).password
     writer.job("1.pbs", "alice")
-    client = sdk.Client(credentials=path)
-    got: list[sdk.Change] = []
+    client = jobtap.Client(credentials=path)
+    got: list[jobtap.Change] = []
     sub = client.subscribe(got.append)
     assert [c.object_id for c in got] == ["1.pbs"]
     plain = raw(acl_server, "alice", password, timeout=1.0)
@@ -585,7 +587,7 @@ def test_revoke_cuts_off_a_live_subscriber_within_a_second(
         assert admin.execute_command("ACL", "GETUSER", "alice") is None
         # her client does not retry a refused login forever: the subscription ends, loudly
         assert sub.wait_closed(timeout=10)
-        assert isinstance(sub.error, sdk.AuthenticationFailed)
+        assert isinstance(sub.error, jobtap.AuthenticationFailed)
     finally:
         sub.close()
         client.close()
@@ -621,14 +623,14 @@ def test_sdk_as_alice_with_only_her_credential_file(acl_server, writer, hermetic
     writer.job("2.pbs", "bob")
     writer.node("n1")
     writer.queue("workq")
-    with sdk.Client() as client:  # the credential file is all it has
+    with jobtap.Client() as client:  # the credential file is all it has
         assert (client.user, client.site) == ("alice", SITE)
         assert client.job("1.pbs").state == "queued"
         assert [j.id for j in client.jobs(user="alice")] == ["1.pbs"]
         assert [n.id for n in client.nodes()] == ["n1"]
         assert [q.id for q in client.queues()] == ["workq"]
         # her own jobs, present and future, and waiting for one
-        got: list[sdk.Change] = []
+        got: list[jobtap.Change] = []
         with client.subscribe(got.append):
             assert [(c.type, c.object_id) for c in got] == [("initial", "1.pbs")]
 
@@ -659,11 +661,11 @@ def test_sdk_as_alice_with_only_her_credential_file(acl_server, writer, hermetic
             assert len(list(stream)) == 4
         # bob's job stays out of reach, and who owns it is not revealed
         assert client.job("2.pbs") is None
-        with pytest.raises(sdk.PermissionDenied):
+        with pytest.raises(jobtap.PermissionDenied):
             client.job("2.pbs", user="bob")
-        with pytest.raises(sdk.PermissionDenied):
+        with pytest.raises(jobtap.PermissionDenied):
             client.subscribe(got.append, user="bob")
-        with pytest.raises(sdk.PermissionDenied):
+        with pytest.raises(jobtap.PermissionDenied):
             list(client.stream(since="0", idle_timeout=0.3))  # the site stream
 
 
@@ -746,7 +748,7 @@ def test_sync_grant_new_writes_credentials_in_the_users_homes(acl_server, tmp_pa
             (name, "x", os.getuid(), os.getgid(), "", str(homes / name), "/bin/sh")
         )
 
-    monkeypatch.setattr(acl, "system_account", account)
+    monkeypatch.setattr(acl_files, "system_account", account)
     users_file = tmp_path / "users"
     users_file.write_text("alice\nghost\n")
     args = [
@@ -820,7 +822,9 @@ def test_a_directory_in_the_credential_files_place_stops_grant_before_redis(
     home = tmp_path / "home"
     (home / ".config" / "jobtap" / "credentials").mkdir(parents=True)
     account = pwd.struct_passwd(("alice", "x", os.getuid(), os.getgid(), "", str(home), "/bin/sh"))
-    monkeypatch.setattr(acl, "system_account", lambda name: account if name == "alice" else None)
+    monkeypatch.setattr(
+        acl_files, "system_account", lambda name: account if name == "alice" else None
+    )
     res = cli("grant", "alice", "--redis", acl_server.admin_url)
     assert res.exit_code == 1 and "is a directory" in res.output
     assert admin.execute_command("ACL", "GETUSER", "alice") is None

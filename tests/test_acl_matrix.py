@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from test_acl import K, acl_server, raw, refused, run, set_up_users, writer  # noqa: F401
 
-from sdk.keys import SiteKeys
+from jobtap.keys import SiteKeys
 
 OTHER_SITE = SiteKeys("hpc2")
 BOB_JOB = K.job("bob", "2.pbs")

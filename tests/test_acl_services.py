@@ -32,14 +32,14 @@ from test_acl import (  # noqa: F401
     writer,
 )
 
-import sdk
-from collector import acl
-from sdk.keys import SiteKeys
+import jobtap
+from jobtap.acl import rules as acl
+from jobtap.keys import SiteKeys
 
 
-def jobtap(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_jobtap(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "collector", *args],
+        [sys.executable, "-m", "jobtap.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -73,14 +73,14 @@ def test_collector_and_workers_run_as_writer(acl_server):
     admin.acl_log_reset()
     url = acl_server.url_as(acl.WRITER, WRITER_PW)
     common = ["--redis", url, "--site", SITE, "--log-level", "WARNING"]
-    done = jobtap("collector", *common, *SIM, "--cycles", "2")
+    done = run_jobtap("collector", *common, *SIM, "--cycles", "2")
     assert done.returncode == 0, done.stderr
-    done = jobtap("worker", *common, "--burst")
+    done = run_jobtap("worker", *common, "--burst")
     assert done.returncode == 0, done.stderr
     # a long-running worker (blocking dequeue, its pub/sub command channel,
     # heartbeats) while the collector goes on
     worker = subprocess.Popen(
-        [sys.executable, "-m", "collector", "worker", *common],
+        [sys.executable, "-m", "jobtap.cli", "worker", *common],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -91,7 +91,7 @@ def test_collector_and_workers_run_as_writer(acl_server):
             [
                 sys.executable,
                 "-m",
-                "collector",
+                "jobtap.cli",
                 "collector",
                 *common,
                 *SIM,
@@ -107,7 +107,7 @@ def test_collector_and_workers_run_as_writer(acl_server):
         )
         time.sleep(0.5)
         poker = acl_server.url_as(acl.POKER, POKER_PW)
-        done = jobtap("poke", "--redis", poker, "--site", SITE, "--strict", "1", "2")
+        done = run_jobtap("poke", "--redis", poker, "--site", SITE, "--strict", "1", "2")
         assert done.returncode == 0, done.stderr
         _, err = follow.communicate(timeout=30)
         assert follow.returncode == 0, err
@@ -121,7 +121,7 @@ def test_collector_and_workers_run_as_writer(acl_server):
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
-    status = jobtap("status", "--redis", url, "--site", SITE)
+    status = run_jobtap("status", "--redis", url, "--site", SITE)
     assert status.returncode == 0, status.stderr
     # the whole pipeline went through, and Redis refused the writer nothing
     assert admin.xlen(K.events) > 150 and admin.hlen(K.owner) > 0
@@ -197,9 +197,9 @@ def test_operator_reads_everything_and_writes_nothing(acl_server, writer):
     ):
         assert refused(op(*args)), args
     # the SDK as an operator: every job, the site channel, a consumer group
-    with sdk.Client(acl_server.url, site=SITE, username=acl.OPERATOR, password=OPERATOR_PW) as c:
+    with jobtap.Client(acl_server.url, site=SITE, username=acl.OPERATOR, password=OPERATOR_PW) as c:
         assert [(j.id, j.user) for j in c.jobs()] == [("1.pbs", "alice"), ("2.pbs", "bob")]
-        got: list[sdk.Change] = []
+        got: list[jobtap.Change] = []
         with c.subscribe(got.append, all_jobs=True):
             writer.job("2.pbs", "bob", state="running")
             deadline = time.monotonic() + 5
@@ -239,8 +239,8 @@ def test_user_can_subscribe_to_nodes(acl_server, writer):
     set_up_users(acl_server, ["alice"])
     writer.node("n1")
     url = acl_server.url
-    with sdk.Client(url, site=SITE, username="alice", password="pw-alice") as c:
-        got: list[sdk.Change] = []
+    with jobtap.Client(url, site=SITE, username="alice", password="pw-alice") as c:
+        got: list[jobtap.Change] = []
         with c.subscribe(got.append, kinds=("job", "node")):
             writer.node("n1", state="down")
             deadline = time.monotonic() + 5
@@ -253,12 +253,14 @@ def test_user_lists_her_finished_jobs(acl_server, writer):
     set_up_users(acl_server, ["alice"])
     writer.job("1.pbs", "alice")
     writer.job("1.pbs", "alice", state="completed", exit_status=0)
-    with sdk.Client(acl_server.url, site=SITE, username="alice", password="pw-alice") as c:
+    with jobtap.Client(acl_server.url, site=SITE, username="alice", password="pw-alice") as c:
         assert [j.id for j in c.jobs(user="alice", finished=True)] == ["1.pbs"]
 
 
 def test_operator_can_run_jobtap_status(acl_server, writer):
     writer.job("1.pbs", "alice")
     acl_server.client().hset(K.meta, "status", "ok")
-    done = jobtap("status", "--redis", acl_server.url_as(acl.OPERATOR, OPERATOR_PW), "--site", SITE)
+    done = run_jobtap(
+        "status", "--redis", acl_server.url_as(acl.OPERATOR, OPERATOR_PW), "--site", SITE
+    )
     assert done.returncode == 0, done.stderr

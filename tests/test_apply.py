@@ -6,10 +6,10 @@ import orjson
 import pytest
 from helpers import job_record
 
-from collector.ship import encode_chunk
-from sdk.keys import SiteKeys
-from sdk.schema import from_hash
-from workers.apply import Applier
+from jobtap.collector.ship import encode_chunk
+from jobtap.keys import SiteKeys
+from jobtap.schema import from_hash
+from jobtap.workers.apply import Applier
 
 SITE = "t1"
 K = SiteKeys(SITE)

@@ -11,43 +11,41 @@ import time
 from conftest import fixtures_dir
 from helpers import FAKE_BIN, site_events
 
-from collector.localredis import free_port
-from sdk.keys import SiteKeys
+from jobtap.cli.localredis import free_port
+from jobtap.keys import SiteKeys
 
-JOBTAP = [sys.executable, "-m", "collector"]
+JOBTAP = [sys.executable, "-m", "jobtap.cli"]
 
 
-def jobtap(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*JOBTAP, *args], capture_output=True, text=True, timeout=timeout, **kw
-    )
+def run_jobtap(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*JOBTAP, *args], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def test_unreachable_redis_is_one_line_not_a_traceback():
     url = f"redis://127.0.0.1:{free_port()}/0"
     for cmd in (["status"], ["worker", "--burst"], ["collector", "--once"], ["show", "1.x"]):
-        res = jobtap(*cmd, "--redis", url)
+        res = run_jobtap(*cmd, "--redis", url)
         assert res.returncode != 0, cmd
         assert "Traceback" not in res.stderr, (cmd, res.stderr)
         assert "cannot reach Redis" in res.stderr, (cmd, res.stderr)
 
 
 def test_bad_site_name_is_refused(redis_server):
-    res = jobtap("status", "--redis", redis_server.url, "--site", "a:b*")
+    res = run_jobtap("status", "--redis", redis_server.url, "--site", "a:b*")
     assert res.returncode == 2 and "site name" in res.stderr
 
 
 def test_collector_once_worker_burst_status(redis_server, r, tmp_path, monkeypatch):
     site = "cli1"
     env_ok = {"JOBTAP_REDIS": redis_server.url, "JOBTAP_SITE": site}
-    res = jobtap("collector", "--once", "--sim-jobs", "200", "--sim-nodes", "20",
+    res = run_jobtap("collector", "--once", "--sim-jobs", "200", "--sim-nodes", "20",
                  env={**_env(), **env_ok})  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "cycle 1 done" in res.stderr
-    res = jobtap("worker", "--burst", env={**_env(), **env_ok})
+    res = run_jobtap("worker", "--burst", env={**_env(), **env_ok})
     assert res.returncode == 0, res.stderr
     assert len(site_events(r, site)) >= 200
-    res = jobtap("status", env={**_env(), **env_ok})
+    res = run_jobtap("status", env={**_env(), **env_ok})
     assert res.returncode == 0, res.stderr
     assert "collector stopped" in res.stdout or "collector ok" in res.stdout
     assert re.search(r"jobs\s+\d+ live", res.stdout)
@@ -55,7 +53,7 @@ def test_collector_once_worker_burst_status(redis_server, r, tmp_path, monkeypat
 
 
 def test_pbs_collector_with_missing_qstat_fails_clearly(redis_server, r, tmp_path):
-    res = jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(tmp_path / "qstat"),
+    res = run_jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(tmp_path / "qstat"),
                  "--redis", redis_server.url, "--site", "cli2")  # fmt: skip
     assert res.returncode == 1
     assert "command not found" in res.stderr and "Traceback" not in res.stderr
@@ -65,22 +63,20 @@ def test_pbs_collector_with_missing_qstat_fails_clearly(redis_server, r, tmp_pat
 
 def test_pbs_collector_through_the_standin(redis_server, r, tmp_path):
     control = tmp_path / "fake.json"
-    control.write_text(
-        f'{{"dir": "{fixtures_dir() / "pbs"}", "stage": "10-busy", "mode": "ok"}}'
-    )
+    control.write_text(f'{{"dir": "{fixtures_dir() / "pbs"}", "stage": "10-busy", "mode": "ok"}}')
     env = {**_env(), "JOBTAP_FAKE_PBS": str(control)}
-    res = jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(FAKE_BIN / "qstat"),
+    res = run_jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(FAKE_BIN / "qstat"),
                  "--pbsnodes", str(FAKE_BIN / "pbsnodes"), "--tz", "UTC",
                  "--redis", redis_server.url, "--site", "cli3", env=env)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    res = jobtap("worker", "--burst", "--redis", redis_server.url, "--site", "cli3")
+    res = run_jobtap("worker", "--burst", "--redis", redis_server.url, "--site", "cli3")
     assert res.returncode == 0
     jobs = {e["object_id"] for e in site_events(r, "cli3") if e["kind"] == "job"}
     assert jobs >= {"1.vm", "3.vm"}
 
 
 def test_demo_runs_and_stops_everything_it_started():
-    res = jobtap("demo", "--duration", "8", "--jobs", "300", "--nodes", "30", timeout=90)
+    res = run_jobtap("demo", "--duration", "8", "--jobs", "300", "--nodes", "30", timeout=90)
     assert res.returncode == 0, res.stderr
     assert "simhost" in res.stdout  # events were shown
     port = int(re.search(r"redis://127\.0\.0\.1:(\d+)/0", res.stderr).group(1))
@@ -98,14 +94,12 @@ def _env() -> dict[str, str]:
 
 def test_flux_collector_through_the_standin(redis_server, r, tmp_path):
     control = tmp_path / "fake-flux.json"
-    control.write_text(
-        f'{{"dir": "{fixtures_dir() / "flux"}", "stage": "07-final", "mode": "ok"}}'
-    )
+    control.write_text(f'{{"dir": "{fixtures_dir() / "flux"}", "stage": "07-final", "mode": "ok"}}')
     env = {**_env(), "JOBTAP_FAKE_FLUX": str(control)}
-    res = jobtap("collector", "--once", "--backend", "flux", "--flux", str(FAKE_BIN / "flux"),
+    res = run_jobtap("collector", "--once", "--backend", "flux", "--flux", str(FAKE_BIN / "flux"),
                  "--redis", redis_server.url, "--site", "cli4", env=env)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    res = jobtap("worker", "--burst", "--redis", redis_server.url, "--site", "cli4")
+    res = run_jobtap("worker", "--burst", "--redis", redis_server.url, "--site", "cli4")
     assert res.returncode == 0
     finals = [e for e in site_events(r, "cli4") if e["type"] == "final"]
     assert len(finals) >= 19

@@ -9,10 +9,10 @@ import pytest
 from conftest import fixtures_dir
 from helpers import FakePBS, drain, meta, site_events
 
-from collector.cycle import Collector
-from collector.service import CollectorService
-from sdk.keys import SiteKeys
-from sdk.schema import from_hash
+from jobtap.collector.cycle import Collector
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.schema import from_hash
 
 SITE = "pbs1"
 K = SiteKeys(SITE)
@@ -93,7 +93,7 @@ def test_failed_stat_changes_nothing_and_next_cycle_resumes(pbs, r, mode, messag
 
 
 def test_missing_qstat_is_a_clear_failed_cycle(pbs, r, tmp_path):
-    from collector.backends.pbs import PBSBackend
+    from jobtap.collector.backends.pbs import PBSBackend
 
     col = Collector(PBSBackend(qstat=str(tmp_path / "no-qstat")), r, site=SITE)
     svc = CollectorService(col, interval=0.1)

@@ -12,10 +12,10 @@ import time
 import pytest
 from helpers import check_against_truth, drain
 
-from collector.backends.sim import SimBackend
-from collector.cycle import Collector
-from collector.service import CollectorService
-from sdk.keys import SiteKeys
+from jobtap.collector.cycle import Collector
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.sim.backend import SimBackend
 
 SITE = "e2e"
 K = SiteKeys(SITE)
@@ -30,7 +30,7 @@ def kill_worker_mid_batch(redis_server, r, attempts: int = 5) -> bool:
         if r.llen(f"rq:queue:{K.rq_queue('state')}") == 0:
             return False
         proc = subprocess.Popen(
-            [sys.executable, "-m", "collector", "worker", "--redis", redis_server.url,
+            [sys.executable, "-m", "jobtap.cli", "worker", "--redis", redis_server.url,
              "--site", SITE, "--log-level", "WARNING"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -110,7 +110,7 @@ def test_sim_end_to_end_against_ground_truth(redis_server, r):
 
 
 def test_collector_refuses_a_second_collector_for_the_site(r):
-    from collector.service import AlreadyRunning
+    from jobtap.collector.service import AlreadyRunning
 
     a = CollectorService(Collector(SimBackend(jobs=10, nodes=4), r, site=SITE), interval=1)
     b = CollectorService(Collector(SimBackend(jobs=10, nodes=4), r, site=SITE), interval=1)

@@ -26,9 +26,9 @@ from conftest import fixtures_dir
 from helpers import drain, site_events
 from rq import Queue
 
-from collector.backends import make_backend
-from collector.backends.base import BadRecord, StatError
-from collector.backends.flux import (
+from jobtap.collector.backends import make_backend
+from jobtap.collector.backends.base import BadRecord, StatError
+from jobtap.collector.backends.flux import (
     ANONYMOUS_QUEUE,
     READER_PATH,
     FluxBackend,
@@ -51,10 +51,10 @@ from collector.backends.flux import (
     parse_resource_R,
     parse_resource_status,
 )
-from collector.cycle import Collector, CycleFailed
-from collector.fingerprint import fingerprint
-from sdk.keys import SiteKeys
-from sdk.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, QUEUE_FIELDS, TERMINAL, from_hash
+from jobtap.collector.cycle import Collector, CycleFailed
+from jobtap.collector.fingerprint import fingerprint
+from jobtap.keys import SiteKeys
+from jobtap.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, QUEUE_FIELDS, TERMINAL, from_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = fixtures_dir() / "flux"

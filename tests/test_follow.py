@@ -9,11 +9,11 @@ import sys
 import pytest
 from helpers import check_against_truth, drain, site_events
 
-from collector.backends.sim import SimBackend
-from collector.cycle import Collector
-from collector.follow import PokeReader, poke
-from collector.service import CollectorService
-from sdk.keys import SiteKeys
+from jobtap.collector.cycle import Collector
+from jobtap.collector.follow import PokeReader, poke
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.sim.backend import SimBackend
 
 SITE = "follow1"
 K = SiteKeys(SITE)
@@ -53,14 +53,14 @@ def test_unknown_and_hostile_pokes_are_harmless(r):
 
 def test_jobtap_poke_command_never_fails_the_caller(redis_server, r):
     res = subprocess.run(
-        [sys.executable, "-m", "collector", "poke", "--redis", redis_server.url, "--site", SITE,
+        [sys.executable, "-m", "jobtap.cli", "poke", "--redis", redis_server.url, "--site", SITE,
          "12.x", "13.x"], capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     entries = r.xrange(K.pokes)
     assert entries[-1][1][b"ids"] == b"12.x 13.x"
     res = subprocess.run(
-        [sys.executable, "-m", "collector", "poke", "--redis", "redis://127.0.0.1:1/0",
+        [sys.executable, "-m", "jobtap.cli", "poke", "--redis", "redis://127.0.0.1:1/0",
          "--site", SITE, "12.x"], capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert res.returncode == 0 and "not delivered" in res.stderr
@@ -124,8 +124,8 @@ def test_flux_journal_feed_pokes_every_job(r, tmp_path, monkeypatch):
     from conftest import fixtures_dir
     from helpers import FAKE_BIN
 
-    from collector.backends.flux import FluxBackend
-    from collector.follow import FeedThread
+    from jobtap.collector.backends.flux import FluxBackend
+    from jobtap.collector.follow import FeedThread
 
     fixtures = fixtures_dir() / "flux"
     if not fixtures.is_dir():
@@ -152,7 +152,7 @@ def test_flux_journal_feed_pokes_every_job(r, tmp_path, monkeypatch):
 def test_fast_poke_speaks_to_redis_with_auth_and_db(redis_server, r):
     """`jobtap poke` talks the Redis protocol itself (no redis-py import): with a
     user and password, a database number, and a clear failure otherwise."""
-    from collector import poke as fast
+    from jobtap.cli import poke as fast
 
     r.execute_command("ACL", "SETUSER", "poker", "on", ">pw", "+xadd", "~jobtap:*")
     url = f"redis://poker:pw@127.0.0.1:{redis_server.port}/0"
@@ -176,7 +176,7 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
     import orjson
     from conftest import fixtures_dir
 
-    from collector.backends.pbs import normalise_job
+    from jobtap.collector.backends.pbs import normalise_job
 
     base = fixtures_dir() / "pbs"
     if not base.is_dir():

@@ -15,8 +15,8 @@ import pytest
 from conftest import fixtures_dir
 from helpers import drain, site_events
 
-from collector.backends.pbs import normalise_job, normalise_node, normalise_queue
-from collector.cycle import Collector
+from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
+from jobtap.collector.cycle import Collector
 
 SITE = "nodes1"
 

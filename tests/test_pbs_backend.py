@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from collector.backends import make_backend
-from collector.backends.base import BadRecord, StatError
-from collector.backends.pbs import (
+from jobtap.collector.backends import make_backend
+from jobtap.collector.backends.base import BadRecord, StatError
+from jobtap.collector.backends.pbs import (
     QUEUE_CLOSED,
     QUEUE_OPEN,
     QUEUE_STOPPED,
@@ -30,7 +30,7 @@ from collector.backends.pbs import (
     parse_qstat_jobs,
     parse_qstat_queues,
 )
-from sdk.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, NODE_STATES, QUEUE_FIELDS
+from jobtap.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, NODE_STATES, QUEUE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("JOBTAP_FIXTURES") or ROOT.parent / "shared" / "fixtures") / "pbs"

@@ -1,4 +1,4 @@
-"""sdk.aio: the same API for asyncio (async for, awaitable wait)."""
+"""jobtap.aio: the same API for asyncio (async for, awaitable wait)."""
 
 # ruff: noqa: F811  (pytest fixtures imported from test_sdk_helpers)
 
@@ -10,8 +10,8 @@ import threading
 import pytest
 from test_sdk_helpers import SITE, K, hermetic, writer  # noqa: F401
 
-import sdk
-import sdk.aio
+import jobtap
+import jobtap.aio
 
 
 def run(coro, timeout: float = 20):
@@ -23,9 +23,9 @@ def test_reads_subscription_iteration_and_wait(redis_server, hermetic, writer):
     writer.job("2.pbs", user="bob")
 
     async def main():
-        async with sdk.aio.Client(redis_server.url, site=SITE) as client:
+        async with jobtap.aio.Client(redis_server.url, site=SITE) as client:
             job = await client.job("1.pbs")
-            assert isinstance(job, sdk.Job) and job.state == "queued"
+            assert isinstance(job, jobtap.Job) and job.state == "queued"
             assert [j.id for j in await client.jobs(user="alice")] == ["1.pbs"]
             sub = await client.subscribe(jobs=["1.pbs"])
             loop = asyncio.get_running_loop()
@@ -48,7 +48,7 @@ def test_reads_subscription_iteration_and_wait(redis_server, hermetic, writer):
             done = await client.wait("2.pbs", timeout=10)
             ticker.cancel()
             assert done.state == "cancelled" and ticks >= 10
-            with pytest.raises(sdk.WaitTimeout):
+            with pytest.raises(jobtap.WaitTimeout):
                 await client.wait("404.pbs", timeout=0.2, user="alice")
 
     run(main())
@@ -58,7 +58,7 @@ def test_coroutine_callbacks_run_on_the_loop_in_order(redis_server, hermetic, wr
     writer.job("1.pbs")
 
     async def main():
-        async with sdk.aio.Client(redis_server.url, site=SITE) as client:
+        async with jobtap.aio.Client(redis_server.url, site=SITE) as client:
             got = []
             loop_thread = threading.current_thread()
             finished = asyncio.Event()
@@ -86,7 +86,7 @@ def test_async_stream_with_a_group(redis_server, hermetic, writer, r):
         writer.job(f"{i}.pbs")
 
     async def main():
-        async with sdk.aio.Client(redis_server.url, site=SITE) as client:
+        async with jobtap.aio.Client(redis_server.url, site=SITE) as client:
             stream = client.stream(group="g", since="0", count=8, idle_timeout=0.5, block=0.1)
             ids = []
             async for change in stream:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 from test_sdk_helpers import SITE, Recorder, Writer, client, hermetic, writer  # noqa: F401
 
-import sdk
+import jobtap
 
 
 def test_job_and_unknown_job(client, writer):
     writer.job("1.pbs", user="alice", state="running", start_time="2026-11-21T14:41:00+00:00")
     job = client.job("1.pbs")
-    assert isinstance(job, sdk.Job)
+    assert isinstance(job, jobtap.Job)
     assert (job.id, job.user, job.state, job.version, job.final) == (
         "1.pbs",
         "alice",
@@ -49,7 +49,7 @@ def test_nodes_and_queues(client, writer, r):
     writer.node("n10")
     writer.node("n1")
     nodes = client.nodes()
-    assert [n.id for n in nodes] == ["n1", "n2", "n10"] and isinstance(nodes[0], sdk.Node)
+    assert [n.id for n in nodes] == ["n1", "n2", "n10"] and isinstance(nodes[0], jobtap.Node)
     assert [n.id for n in client.nodes(state="down")] == ["n2"]
     assert client.node("n2").resources == {"ncpus": 8}
     assert client.node("nope") is None
@@ -61,11 +61,11 @@ def test_nodes_and_queues(client, writer, r):
         "queue", [{"op": "upsert", "id": "workq", "fp": "f", "state": "x", "record": queue}]
     )
     assert [(q.id, q.counts) for q in client.queues()] == [("workq", {"queued": 3})]
-    assert isinstance(client.queue("workq"), sdk.Queue)
+    assert isinstance(client.queue("workq"), jobtap.Queue)
 
 
 def test_several_sites_in_one_client(redis_server, hermetic, tmp_path):
-    from collector.localredis import RedisServer
+    from jobtap.cli.localredis import RedisServer
 
     (tmp_path / "other").mkdir()
     other = RedisServer(tmp_path / "other").start()
@@ -73,7 +73,7 @@ def test_several_sites_in_one_client(redis_server, hermetic, tmp_path):
         Writer(redis_server.client(), site="a").job("1.pbs", user="alice")
         wb = Writer(other.client(), site="b")
         wb.job("2.pbs", user="alice")
-        with sdk.Client(sites={"a": redis_server.url, "b": {"url": other.url}}) as c:
+        with jobtap.Client(sites={"a": redis_server.url, "b": {"url": other.url}}) as c:
             assert c.sites == ["a", "b"] and c.site == "a"
             assert c.job("2.pbs").site == "b"  # looked up in every site
             assert [j.site for j in c.jobs(user="alice")] == ["a", "b"]
@@ -84,7 +84,7 @@ def test_several_sites_in_one_client(redis_server, hermetic, tmp_path):
             wb.job("2.pbs", state="running")
             rec.wait_count(3)
             assert (rec.changes[-1].site, rec.changes[-1].type) == ("b", "state")
-            with pytest.raises(sdk.ConfigError):
+            with pytest.raises(jobtap.ConfigError):
                 c.jobs(site="c")
     finally:
         other.stop()
@@ -117,13 +117,13 @@ def test_a_restricted_user_reads_and_watches_their_own_jobs(redis_server, hermet
         f"url = {redis_server.url}\nusername = alice\npassword = s3cret\nsite = {SITE}\n"
     )
     cred.chmod(0o600)
-    with sdk.Client(credentials=cred) as c:
+    with jobtap.Client(credentials=cred) as c:
         assert c.user == "alice" and c.site == SITE
         assert c.job("1.pbs").user == "alice"  # the owner index is closed: own key tried
         assert c.job("2.pbs") is None
         assert [j.id for j in c.jobs(user="alice")] == ["1.pbs"]
         assert c.jobs(user="alice", state="completed") == []
-        with pytest.raises(sdk.PermissionDenied, match="pass user="):
+        with pytest.raises(jobtap.PermissionDenied, match="pass user="):
             c.jobs()
         assert [n.id for n in c.nodes()] == ["n1"]
         assert list(c.stream(user="alice", since="0", idle_timeout=0.2))[0].id == "t1:1.pbs:1"
@@ -136,7 +136,7 @@ def test_a_restricted_user_reads_and_watches_their_own_jobs(redis_server, hermet
             ("initial", "1.pbs"),
             ("state", "1.pbs"),
         ]
-        with pytest.raises(sdk.PermissionDenied, match="channel jobtap:{t1}:all"):
+        with pytest.raises(jobtap.PermissionDenied, match="channel jobtap:{t1}:all"):
             c.subscribe(print, all_jobs=True)
         nodes = Recorder()
         c.subscribe(nodes, kinds=["node"])
@@ -151,6 +151,6 @@ def test_a_restricted_user_reads_and_watches_their_own_jobs(redis_server, hermet
 
 def test_wrong_password(redis_server, hermetic, r):
     acl_user(r, "alice", "s3cret")
-    with sdk.Client(redis_server.url, site=SITE, username="alice", password="nope") as c:
-        with pytest.raises(sdk.AuthenticationFailed):
+    with jobtap.Client(redis_server.url, site=SITE, username="alice", password="nope") as c:
+        with pytest.raises(jobtap.AuthenticationFailed):
             c.job("1.pbs")

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from test_sdk_helpers import SITE, K, hermetic, writer  # noqa: F401
 
-from collector.cli_sdk import register, shell_status
+from jobtap.cli.jobs import register, shell_status
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,7 +154,7 @@ def test_export_ndjson_and_groups(cli, writer, r):
 
 
 def test_expected_failures_are_one_line(hermetic, tmp_path):
-    from collector.localredis import free_port
+    from jobtap.cli.localredis import free_port
 
     runner = CliRunner()
     url = f"redis://127.0.0.1:{free_port()}/0"
@@ -178,7 +178,7 @@ def test_export_is_flushed_line_by_line_and_survives_a_closed_pipe(redis_server,
     env = dict(os.environ, JOBTAP_REDIS=redis_server.url, JOBTAP_SITE=SITE,
                JOBTAP_CREDENTIALS=str(tmp_path / "none"), PYTHONPATH=str(ROOT))  # fmt: skip
     code = (
-        "import click; from collector.cli_sdk import register\n"
+        "import click; from jobtap.cli.jobs import register\n"
         "g = click.Group('jobtap'); register(g); g()"
     )
     proc = subprocess.Popen(
@@ -202,7 +202,7 @@ def test_export_is_flushed_line_by_line_and_survives_a_closed_pipe(redis_server,
 
 
 def test_shell_status():
-    from sdk import Job
+    from jobtap import Job
 
     assert shell_status(Job("1", state="completed", exit_status=0)) == 0
     assert shell_status(Job("1", state="completed", exit_status=None)) == 0

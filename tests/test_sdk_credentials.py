@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import sdk
-from sdk import credentials
-from sdk.connection import resolve, safe_url
+import jobtap
+from jobtap import credentials
+from jobtap.connection import resolve, safe_url
 
 
 @pytest.fixture
@@ -55,36 +55,36 @@ def test_default_credential_file(env, tmp_path):
     assert resolve()[0][0].url == "redis://envhost:1/0"
     # explicit user name and password: the file is not read
     assert resolve(username="bob", password="x")[0][0].username == "bob"
-    assert sdk.Client().user == "alice"
+    assert jobtap.Client().user == "alice"
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
 def test_credential_file_readable_by_others_is_refused(env, tmp_path, mode):
     path = write(tmp_path / ".config" / "jobtap" / "credentials", "username = a\n", mode)
-    with pytest.raises(sdk.CredentialsError, match=f"mode {mode:04o}: refused.*chmod 600"):
-        sdk.Client()
+    with pytest.raises(jobtap.CredentialsError, match=f"mode {mode:04o}: refused.*chmod 600"):
+        jobtap.Client()
     path.chmod(0o400)
-    assert sdk.Client().user == "a"
+    assert jobtap.Client().user == "a"
 
 
 def test_credential_file_errors(env, tmp_path):
-    with pytest.raises(sdk.CredentialsError, match="does not exist"):
-        sdk.Client(credentials=tmp_path / "missing")
+    with pytest.raises(jobtap.CredentialsError, match="does not exist"):
+        jobtap.Client(credentials=tmp_path / "missing")
     bad = write(tmp_path / "c1", "usr = alice\n")
-    with pytest.raises(sdk.CredentialsError, match="c1:1: unknown key 'usr'"):
+    with pytest.raises(jobtap.CredentialsError, match="c1:1: unknown key 'usr'"):
         credentials.load(bad)
     bad = write(tmp_path / "c2", "# ok\njust words\n")
-    with pytest.raises(sdk.CredentialsError, match="c2:2: expected 'key = value'"):
+    with pytest.raises(jobtap.CredentialsError, match="c2:2: expected 'key = value'"):
         credentials.load(bad)
     assert "s3cret" not in repr(credentials.parse("password = s3cret"))
-    assert isinstance(sdk.CredentialsError("x"), ValueError)
+    assert isinstance(jobtap.CredentialsError("x"), ValueError)
 
 
 def test_bad_site_and_url(env):
-    with pytest.raises(sdk.ConfigError, match="site name"):
-        sdk.Client(site="a b")
-    with pytest.raises(sdk.ConfigError, match="not a Redis URL"):
-        sdk.Client("http://x")
+    with pytest.raises(jobtap.ConfigError, match="site name"):
+        jobtap.Client(site="a b")
+    with pytest.raises(jobtap.ConfigError, match="not a Redis URL"):
+        jobtap.Client("http://x")
 
 
 def test_several_sites(env):
@@ -100,9 +100,9 @@ def test_several_sites(env):
         ("b", "redis://b:2/0", "u", "p"),
         ("c", "redis://c:3/0", "cu", "p"),
     ]
-    with pytest.raises(sdk.ConfigError, match="not one of"):
+    with pytest.raises(jobtap.ConfigError, match="not one of"):
         resolve(sites={"a": None}, site="z", username="u")
-    with pytest.raises(sdk.ConfigError, match="unknown settings"):
+    with pytest.raises(jobtap.ConfigError, match="unknown settings"):
         resolve(sites={"a": {"uri": "x"}}, username="u")
 
 

@@ -13,10 +13,10 @@ import helpers
 import orjson
 import pytest
 
-import sdk
-from collector.ship import encode_chunk
-from sdk.keys import SiteKeys
-from workers.apply import Applier, Settings
+import jobtap
+from jobtap.collector.ship import encode_chunk
+from jobtap.keys import SiteKeys
+from jobtap.workers.apply import Applier, Settings
 
 SITE = "t1"
 K = SiteKeys(SITE)
@@ -86,12 +86,12 @@ class Recorder:
     """A callback that records every change and lets a test wait for a condition."""
 
     def __init__(self, delay: float = 0.0):
-        self.changes: list[sdk.Change] = []
+        self.changes: list[jobtap.Change] = []
         self.cond = threading.Condition()
         self.delay = delay
         self.threads: set[str] = set()
 
-    def __call__(self, change: sdk.Change) -> None:
+    def __call__(self, change: jobtap.Change) -> None:
         self.threads.add(threading.current_thread().name)
         if self.delay:
             time.sleep(self.delay)
@@ -99,7 +99,7 @@ class Recorder:
             self.changes.append(change)
             self.cond.notify_all()
 
-    def wait_for(self, pred: Callable[[list[sdk.Change]], bool], timeout: float = 10.0) -> None:
+    def wait_for(self, pred: Callable[[list[jobtap.Change]], bool], timeout: float = 10.0) -> None:
         with self.cond:
             if not self.cond.wait_for(lambda: pred(self.changes), timeout):
                 got = [(c.type, c.id) for c in self.changes]
@@ -130,7 +130,7 @@ def writer(r):
 
 @pytest.fixture
 def client(redis_server, hermetic):
-    c = sdk.Client(redis_server.url, site=SITE, backoff=(0.05, 0.5))
+    c = jobtap.Client(redis_server.url, site=SITE, backoff=(0.05, 0.5))
     yield c
     c.close()
 

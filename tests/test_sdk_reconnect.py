@@ -13,9 +13,9 @@ import time
 import pytest
 from test_sdk_helpers import SITE, Recorder, Writer, hermetic  # noqa: F401
 
-import sdk
-from collector.localredis import RedisServer
-from workers.apply import Settings
+import jobtap
+from jobtap.cli.localredis import RedisServer
+from jobtap.workers.apply import Settings
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_restart_under_a_live_subscription_delivers_the_missed_changes(durable, 
     w.job("2.pbs")
     w.job("3.pbs", user="alice")
     # the first reconnect attempt comes 1-2 s after the failed immediate one
-    client = sdk.Client(durable.url, site=SITE, backoff=(1.0, 2.0))
+    client = jobtap.Client(durable.url, site=SITE, backoff=(1.0, 2.0))
     named, mine = Recorder(), Recorder()
     sub = client.subscribe(named, jobs=["1.pbs", "2.pbs"])
     client.subscribe(mine, user="alice")
@@ -81,7 +81,7 @@ def test_final_is_not_missed_when_the_hash_expired_during_the_outage(durable, he
     r = durable.client()
     w = Writer(r, Settings(retention=1))  # finished jobs' hashes live one second
     w.job("1.pbs")
-    client = sdk.Client(durable.url, site=SITE, backoff=(2.5, 3.0))
+    client = jobtap.Client(durable.url, site=SITE, backoff=(2.5, 3.0))
     rec = Recorder()
     sub = client.subscribe(rec, jobs=["1.pbs"])
     result: dict = {}
@@ -114,7 +114,7 @@ def test_final_is_not_missed_when_the_hash_expired_during_the_outage(durable, he
 def test_lost_data_ends_a_job_subscription_instead_of_hanging(redis_server, hermetic, caplog):
     w = Writer(redis_server.client())
     w.job("1.pbs")
-    client = sdk.Client(redis_server.url, site=SITE, backoff=(0.05, 0.2))
+    client = jobtap.Client(redis_server.url, site=SITE, backoff=(0.05, 0.2))
     rec = Recorder()
     sub = client.subscribe(rec, jobs=["1.pbs"])
     redis_server.restart()  # no persistence: the hash and the streams are gone
@@ -133,7 +133,7 @@ def test_slow_subscriber_cut_off_by_the_output_buffer_limit_recovers(
     jobs = [f"{i}.pbs" for i in range(10)]
     for jid in jobs:
         w.job(jid)
-    client = sdk.Client(redis_server.url, site=SITE, backoff=(0.05, 0.5))
+    client = jobtap.Client(redis_server.url, site=SITE, backoff=(0.05, 0.5))
     stall = threading.Event()
 
     class Slow(Recorder):
@@ -167,8 +167,8 @@ def test_slow_subscriber_cut_off_by_the_output_buffer_limit_recovers(
 def test_subscribing_while_a_job_changes_sees_every_version_exactly_once(redis_server, hermetic):
     w = Writer(redis_server.client())
     w.job("1.pbs")
-    shared = sdk.Client(redis_server.url, site=SITE)
-    fresh: list[sdk.Client] = []
+    shared = jobtap.Client(redis_server.url, site=SITE)
+    fresh: list[jobtap.Client] = []
     recorders: list[Recorder] = []
     last_version = 300
     stop = threading.Event()
@@ -186,7 +186,7 @@ def test_subscribing_while_a_job_changes_sees_every_version_exactly_once(redis_s
     while not stop.is_set():
         rec = Recorder()
         if i % 2:  # a new client: SUBSCRIBE, confirmation, snapshot
-            c = sdk.Client(redis_server.url, site=SITE)
+            c = jobtap.Client(redis_server.url, site=SITE)
             fresh.append(c)
         else:  # the channel is already subscribed: snapshot at once
             c = shared

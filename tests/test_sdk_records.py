@@ -10,23 +10,23 @@ from datetime import datetime
 import orjson
 from test_sdk_helpers import K, writer  # noqa: F401
 
-import sdk
-from sdk.records import INITIAL, Change
-from sdk.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS
+import jobtap
+from jobtap.records import INITIAL, Change
+from jobtap.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS
 
 
 def test_record_types_have_every_normalised_field():
-    assert [f.name for f in fields(sdk.Job)] == [*JOB_FIELDS, "final"]
-    assert [f.name for f in fields(sdk.Node)] == [*NODE_FIELDS, "final"]
-    assert [f.name for f in fields(sdk.Queue)] == [*QUEUE_FIELDS, "final"]
+    assert [f.name for f in fields(jobtap.Job)] == [*JOB_FIELDS, "final"]
+    assert [f.name for f in fields(jobtap.Node)] == [*NODE_FIELDS, "final"]
+    assert [f.name for f in fields(jobtap.Queue)] == [*QUEUE_FIELDS, "final"]
 
 
 def test_job_from_hash_and_from_event_agree(writer, r):
     writer.job("1.pbs", state="running", exit_status=None, priority=5, array_index=None)
     writer.finish("1.pbs", state="failed", exit_status=271)
-    from_hash = sdk.Job.from_hash(r.hgetall(K.job("alice", "1.pbs")))
+    from_hash = jobtap.Job.from_hash(r.hgetall(K.job("alice", "1.pbs")))
     event = orjson.loads(r.xrange(K.events)[-1][1][b"event"])
-    from_event = sdk.Job.from_event(event)
+    from_event = jobtap.Job.from_event(event)
     assert from_hash == from_event
     job = from_hash
     assert job.final and job.terminal and job.state == "failed"
@@ -36,12 +36,12 @@ def test_job_from_hash_and_from_event_agree(writer, r):
     assert job.native == {"job_state": "F", "Job_Owner": "alice@vm"}
     as_dict = job.to_dict()
     assert as_dict["end_time"] == job.end_time.isoformat() and orjson.dumps(as_dict)
-    assert sdk.Job.from_hash({}) is None
+    assert jobtap.Job.from_hash({}) is None
 
 
 def test_running_job_is_not_terminal(writer, r):
     writer.job("1.pbs", state="running")
-    job = sdk.Job.from_hash(r.hgetall(K.job("alice", "1.pbs")))
+    job = jobtap.Job.from_hash(r.hgetall(K.job("alice", "1.pbs")))
     assert not job.terminal and not job.final
 
 
@@ -68,7 +68,7 @@ def test_change_from_stream_is_lazy_and_complete(writer, r):
 def test_synthesized_initial_change_has_the_event_schema(writer, r):
     writer.job("1.pbs")
     writer.finish("1.pbs")
-    rec = sdk.schema.from_hash(r.hgetall(K.job("alice", "1.pbs")))
+    rec = jobtap.schema.from_hash(r.hgetall(K.job("alice", "1.pbs")))
     change = Change.synthesize(INITIAL, "job", "t1", rec, final=True)
     event = orjson.loads(change.json)
     assert set(event) == {"id", "site", "kind", "type", "object_id", "user", "version",

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from test_sdk_helpers import SITE, K, Writer, client, hermetic, writer  # noqa: F401
 
-import sdk
-from collector.localredis import RedisServer
-from sdk.dedupe import VersionMemory
+import jobtap
+from jobtap.cli.localredis import RedisServer
+from jobtap.dedupe import VersionMemory
 
 
 def all_ids(r, key=K.events) -> list[str]:
@@ -36,7 +36,7 @@ def test_plain_from_the_start_and_resume_from_last_id(client, writer, r):
     s = client.stream(since="0", count=7, idle_timeout=0.3)
     first = [next(s) for _ in range(12)]
     assert [c.id for c in first] == expected[:12]
-    assert isinstance(first[0].record, sdk.Job) and first[0].type == "new"
+    assert isinstance(first[0].record, jobtap.Job) and first[0].type == "new"
     assert first[0].event["id"] == first[0].id and orjson.loads(first[0].json) == first[0].event
     position = s.last_id
     s.close()
@@ -166,7 +166,7 @@ def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
         w = Writer(r)
         for i in range(5):
             w.job(f"{i}.pbs")
-        client = sdk.Client(server.url, site=SITE, backoff=(0.1, 0.5))
+        client = jobtap.Client(server.url, site=SITE, backoff=(0.1, 0.5))
         s = client.stream(group=group, since="0", count=3, block=0.2, idle_timeout=5.0)
         got = [next(s).id for _ in range(4)]
         server.stop()
@@ -183,15 +183,15 @@ def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
 
 
 def test_unreachable_redis_is_a_clear_error(hermetic):
-    from collector.localredis import free_port
+    from jobtap.cli.localredis import free_port
 
-    client = sdk.Client(f"redis://127.0.0.1:{free_port()}/0", site=SITE)
-    with pytest.raises(sdk.RedisUnavailable, match="cannot reach Redis"):
+    client = jobtap.Client(f"redis://127.0.0.1:{free_port()}/0", site=SITE)
+    with pytest.raises(jobtap.RedisUnavailable, match="cannot reach Redis"):
         next(client.stream(since="0"))
     with pytest.raises(ConnectionError):
         client.job("1.pbs")
 
 
 def test_bad_since(client):
-    with pytest.raises(sdk.ConfigError):
+    with pytest.raises(jobtap.ConfigError):
         client.stream(since="yesterday")

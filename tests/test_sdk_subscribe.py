@@ -12,7 +12,7 @@ import time
 import pytest
 from test_sdk_helpers import K, Recorder, client, hermetic, pubsub_clients, writer  # noqa: F401
 
-import sdk
+import jobtap
 
 
 def test_initial_record_then_every_change_then_final_ends_it(client, writer):
@@ -111,11 +111,11 @@ def test_user_scope_sees_new_jobs_and_keeps_going_after_finals(client, writer):
 def test_without_a_scope_the_user_name_must_be_known(client):
     # (with credentials, the default is the user's own jobs: see test_sdk_cache)
     assert client.user is None
-    with pytest.raises(sdk.ConfigError, match="say what to watch"):
+    with pytest.raises(jobtap.ConfigError, match="say what to watch"):
         client.subscribe(print)
-    with pytest.raises(sdk.ConfigError, match="kinds"):
+    with pytest.raises(jobtap.ConfigError, match="kinds"):
         client.subscribe(print, user="alice", kinds=["jobs"])
-    with pytest.raises(sdk.ConfigError, match="all_jobs"):
+    with pytest.raises(jobtap.ConfigError, match="all_jobs"):
         client.subscribe(print, user="alice", all_jobs=True)
 
 
@@ -139,7 +139,7 @@ def test_all_jobs_and_nodes(client, writer):
     assert [(c.type, c.kind, c.object_id) for c in nodes_rec.changes] == [
         ("initial", "node", "n1"), ("state", "node", "n1"),
     ]  # fmt: skip
-    assert isinstance(nodes_rec.changes[-1].record, sdk.Node)
+    assert isinstance(nodes_rec.changes[-1].record, jobtap.Node)
     assert nodes_rec.changes[-1].record.state == "down"
 
 
@@ -158,7 +158,7 @@ def test_removed_node_that_comes_back_is_seen_again(client, writer):
 
 
 def test_a_job_not_collected_yet_is_waited_for_when_its_user_is_known(client, writer):
-    with pytest.raises(sdk.JobNotFound):
+    with pytest.raises(jobtap.JobNotFound):
         client.subscribe(print, jobs=["7.pbs"])
     rec = Recorder()
     sub = client.subscribe(rec, jobs=["7.pbs"], user="alice")
@@ -236,7 +236,7 @@ def test_wait_from_a_callback_is_refused(client, writer):
     def cb(change):
         try:
             client.wait("1.pbs", timeout=1)
-        except sdk.JobtapError as exc:
+        except jobtap.JobtapError as exc:
             errors.append(exc)
 
     client.subscribe(cb, jobs=["1.pbs"])
@@ -244,9 +244,9 @@ def test_wait_from_a_callback_is_refused(client, writer):
 
 
 def test_closed_client_refuses_new_subscriptions(redis_server, hermetic):
-    c = sdk.Client(redis_server.url, site="t1")
+    c = jobtap.Client(redis_server.url, site="t1")
     c.close()
-    with pytest.raises(sdk.JobtapError, match="closed"):
+    with pytest.raises(jobtap.JobtapError, match="closed"):
         c.subscribe(print, user="alice")
 
 
@@ -303,7 +303,7 @@ def test_large_events_arriving_in_pieces_do_not_break_the_link(redis_server, wri
     """A large event reaches the socket in pieces; reading it must wait for the
     whole message rather than give up and reconnect."""
     proxy = TrickleProxy(redis_server.port)
-    client = sdk.Client(f"redis://127.0.0.1:{proxy.port}/0", site=K.site, backoff=(0.05, 0.5))
+    client = jobtap.Client(f"redis://127.0.0.1:{proxy.port}/0", site=K.site, backoff=(0.05, 0.5))
     try:
         rec = Recorder()
         sub = client.subscribe(rec, user="alice")

@@ -10,7 +10,7 @@ import time
 import pytest
 from test_sdk_helpers import client, hermetic, writer  # noqa: F401
 
-import sdk
+import jobtap
 
 
 def later(delay: float, fn, *args, **kw) -> threading.Thread:
@@ -29,7 +29,7 @@ def test_returns_at_once_when_already_terminal(client, writer):
     started = time.monotonic()
     job = client.wait("1.pbs", timeout=5)
     assert time.monotonic() - started < 1
-    assert isinstance(job, sdk.Job) and job.state == "completed" and job.exit_status == 4
+    assert isinstance(job, jobtap.Job) and job.state == "completed" and job.exit_status == 4
 
 
 def test_blocks_until_terminal(client, writer):
@@ -58,7 +58,7 @@ def test_timeout_is_a_clear_timeout_error(client, writer):
     with pytest.raises(TimeoutError) as info:
         client.wait("1.pbs", timeout=0.3)
     assert 0.3 <= time.monotonic() - started < 2
-    assert isinstance(info.value, sdk.WaitTimeout)
+    assert isinstance(info.value, jobtap.WaitTimeout)
     assert "1.pbs did not reach cancelled/completed/failed within 0.3 s" in str(info.value)
     assert "last state: queued" in str(info.value) and info.value.job.state == "queued"
 
@@ -66,7 +66,7 @@ def test_timeout_is_a_clear_timeout_error(client, writer):
 def test_finished_in_another_state_raises_state_not_reached(client, writer):
     writer.job("1.pbs")
     t = later(0.2, writer.finish, "1.pbs", "completed", 0)
-    with pytest.raises(sdk.StateNotReached, match="finished as completed, not running"):
+    with pytest.raises(jobtap.StateNotReached, match="finished as completed, not running"):
         client.wait("1.pbs", "running", timeout=10)
     t.join()
 
@@ -74,14 +74,16 @@ def test_finished_in_another_state_raises_state_not_reached(client, writer):
 def test_vanished_job_ends_the_wait(client, writer):
     writer.job("1.pbs", state="running")
     t = later(0.2, writer.vanish, "1.pbs")
-    with pytest.raises(sdk.StateNotReached, match="finished as unknown, reason: vanished") as info:
+    with pytest.raises(
+        jobtap.StateNotReached, match="finished as unknown, reason: vanished"
+    ) as info:
         client.wait("1.pbs", timeout=10)
     assert info.value.job.reason == "vanished"
     t.join()
 
 
 def test_unknown_job(client, writer):
-    with pytest.raises(sdk.JobNotFound, match="not in the cache"):
+    with pytest.raises(jobtap.JobNotFound, match="not in the cache"):
         client.wait("404.pbs", timeout=1)
 
 
@@ -115,6 +117,6 @@ def test_many_waits_share_the_client(client, writer):
 def test_closing_the_client_ends_a_wait(client, writer):
     writer.job("1.pbs")
     t = later(0.3, client.close)
-    with pytest.raises(sdk.JobtapError, match="client was closed"):
+    with pytest.raises(jobtap.JobtapError, match="client was closed"):
         client.wait("1.pbs", timeout=10)
     t.join()

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 
-from collector.backends.base import StatError
-from collector.backends.sim import SimBackend
-from collector.sim import (
+from jobtap.collector.backends.base import StatError
+from jobtap.schema import CANCELLED, COMPLETED, FAILED, HELD, QUEUED, RUNNING, TERMINAL
+from jobtap.sim.backend import SimBackend
+from jobtap.sim.model import (
     EXIT_NODE_FAIL,
     EXIT_QDEL,
     EXIT_WALLTIME,
@@ -28,9 +29,8 @@ from collector.sim import (
     Simulation,
     pbs_state,
 )
-from sdk.schema import CANCELLED, COMPLETED, FAILED, HELD, QUEUED, RUNNING, TERMINAL
 
-HAVE_PBS = importlib.util.find_spec("collector.backends.pbs") is not None
+HAVE_PBS = importlib.util.find_spec("jobtap.collector.backends.pbs") is not None
 PBS_TIME = "%a %b %d %H:%M:%S %Y"
 STEP = 60.0
 HOURS = 4

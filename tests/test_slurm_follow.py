@@ -45,11 +45,11 @@ from test_slurm_live import (
     squeue_ids,
 )
 
-import sdk
-from collector.backends.base import StatError
-from collector.backends.slurm import SlurmBackend
-from collector.fingerprint import fingerprint
-from sdk.keys import SiteKeys
+import jobtap
+from jobtap.collector.backends.base import StatError
+from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.fingerprint import fingerprint
+from jobtap.keys import SiteKeys
 
 K = SiteKeys(SITE)
 HOOK = ROOT / "deploy" / "slurm" / "jobtap-slurmctld-hook.sh"
@@ -336,24 +336,24 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
     logs = open(tmp / "services.log", "ab")
     common = ["--redis", url, "--site", SITE]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "collector", "worker", *common],
+        [sys.executable, "-m", "jobtap.cli", "worker", *common],
         cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     collector = subprocess.Popen(
-        [sys.executable, "-m", "collector", "collector", "--backend", "slurm", "--follow",
+        [sys.executable, "-m", "jobtap.cli", "collector", "--backend", "slurm", "--follow",
          "--interval", str(POLL_INTERVAL), *common],
         cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    finals: dict[str, tuple[float, sdk.Change]] = {}
+    finals: dict[str, tuple[float, jobtap.Change]] = {}
     got = threading.Condition()
 
-    def on_change(change: sdk.Change) -> None:
+    def on_change(change: jobtap.Change) -> None:
         if change.final:
             with got:
                 finals.setdefault(change.object_id, (time.time(), change))
                 got.notify_all()
 
-    client = sdk.Client(url, site=SITE)
+    client = jobtap.Client(url, site=SITE)
     try:
         wait_for("the collector's first cycle", lambda: meta(r, SITE).get("cycles_ok") == "1", 30)
         first_cycle = time.monotonic()

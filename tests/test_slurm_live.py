@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, drain, meta, site_events
 
-from collector.backends.slurm import SlurmBackend
-from collector.cycle import Collector
-from collector.service import CollectorService
-from sdk.keys import SiteKeys
-from sdk.schema import TERMINAL, from_hash
+from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.cycle import Collector
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.schema import TERMINAL, from_hash
 
 SITE = "slurm1"
 K = SiteKeys(SITE)

@@ -13,12 +13,12 @@ import orjson
 import pytest
 from conftest import fixtures_dir
 
-from collector.backends import BACKENDS, make_backend
-from collector.backends.base import BadRecord, StatError
-from collector.backends.pbs import QUEUE_CLOSED as PBS_CLOSED
-from collector.backends.pbs import QUEUE_OPEN as PBS_OPEN
-from collector.backends.pbs import QUEUE_STOPPED as PBS_STOPPED
-from collector.backends.slurm import (
+from jobtap.collector.backends import BACKENDS, make_backend
+from jobtap.collector.backends.base import BadRecord, StatError
+from jobtap.collector.backends.pbs import QUEUE_CLOSED as PBS_CLOSED
+from jobtap.collector.backends.pbs import QUEUE_OPEN as PBS_OPEN
+from jobtap.collector.backends.pbs import QUEUE_STOPPED as PBS_STOPPED
+from jobtap.collector.backends.slurm import (
     QUEUE_CLOSED,
     QUEUE_OPEN,
     QUEUE_STOPPED,
@@ -40,7 +40,7 @@ from collector.backends.slurm import (
     partition_state,
     slurm_time,
 )
-from sdk.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS, from_hash, to_hash
+from jobtap.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS, from_hash, to_hash
 
 BOOKKEEPING = {"site", "version", "updated_at"}
 
@@ -486,7 +486,7 @@ def test_partition_states_use_the_pbs_words():
 
 def test_scontrol_node_oneliner_values_with_spaces(fx):
     # the parser of scontrol -o lines keeps values with spaces (OS=Linux 6.1 #1 ...)
-    from collector.backends.slurm import _key_values
+    from jobtap.collector.backends.slurm import _key_values
 
     line = (fx / "scontrol-show-node-oneliner.txt").read_text().splitlines()[0]
     fields = _key_values(line)

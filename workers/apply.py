@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 import redis
 
-from sdk.events import FINAL, NEW, REMOVED, STATE, UPDATE, event_id, object_key
-from sdk.keys import SiteKeys
-from sdk.schema import (
+from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, event_id, object_key
+from jobtap.keys import SiteKeys
+from jobtap.schema import (
     BOOKKEEPING,
     JOB,
     NODE,

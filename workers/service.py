@@ -23,7 +23,7 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.executions import Execution
 
-from sdk.keys import SiteKeys
+from jobtap.keys import SiteKeys
 
 from . import apply
 

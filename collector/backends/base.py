@@ -25,7 +25,7 @@ class Backend(Protocol):
 
     ``stat_*`` return the scheduler's own records keyed by object id, exactly as
     the scheduler printed them (``native``); ``normalise_*`` turn one of them into
-    the normalised record of ``sdk.schema``.  Running and parsing are separate so
+    the normalised record of ``jobtap.schema``.  Running and parsing are separate so
     that fixtures of real output test the parsers.
     """
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from ..command import run, run_full
 from .base import BadRecord, Native, StatError
+from .run import run, run_full
 
 __all__ = [
     "MAX_TEXT",

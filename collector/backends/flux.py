@@ -10,7 +10,7 @@ Three layers, as in the PBS backend, so that captured output of a real Flux
   native record}``.  Output that is not what Flux prints raises
   :class:`StatError`.
 * normalisers (``normalise_job``, ``normalise_node``, ``normalise_queue``): one
-  native record -> the normalised record of ``sdk.schema``.  A record that
+  native record -> the normalised record of ``jobtap.schema``.  A record that
   cannot be used raises :class:`BadRecord`.
 * :class:`FluxBackend`: runs the commands (locally or through a prefix such as
   ``ssh head1``) and feeds the parsers.
@@ -62,7 +62,7 @@ from typing import Any
 
 import orjson
 
-from sdk.schema import (
+from jobtap.schema import (
     CANCELLED,
     COMPLETED,
     EXITING,
@@ -79,7 +79,6 @@ from sdk.schema import (
     UNKNOWN,
 )
 
-from ..command import first_line
 from .base import BadRecord, Native, Record, StatError, check_object_id
 from .common import (
     MAX_TEXT,
@@ -91,6 +90,7 @@ from .common import (
     queue_state,
     text_field,
 )
+from .run import first_line
 
 __all__ = [
     "ANONYMOUS_QUEUE",

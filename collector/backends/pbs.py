@@ -6,7 +6,7 @@ Three layers, so that captured output of a real server tests the first two:
   bytes -> ``{id: native record}``, one ``orjson.loads`` and type checks of the
   envelope only.  Output that is not what qstat prints raises :class:`StatError`.
 * normalisers (``normalise_job``, ``normalise_node``, ``normalise_queue``): one
-  native record -> the normalised record of ``sdk.schema`` (without ``site``,
+  native record -> the normalised record of ``jobtap.schema`` (without ``site``,
   ``version`` and ``updated_at``, which the collector and workers add).  A record
   that cannot be used raises :class:`BadRecord`.
 * :class:`PBSBackend`: runs the commands (locally or through a prefix such as
@@ -43,7 +43,7 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sdk.schema import (
+from jobtap.schema import (
     CANCELLED,
     COMPLETED,
     EXITING,
@@ -61,7 +61,6 @@ from sdk.schema import (
     WAITING,
 )
 
-from ..command import first_line
 from .base import BadRecord, Native, Record, StatError, check_object_id
 from .common import (
     QUEUE_CLOSED,
@@ -76,6 +75,7 @@ from .common import (
     queue_state,
     text_field,
 )
+from .run import first_line
 
 __all__ = [
     "PBSBackend",

@@ -10,7 +10,7 @@ the first two:
   22.05's ``squeue --json`` still exits 0 and prints ``"jobs": []`` with one entry
   in ``errors``, which must not read as "every job finished".
 * normalisers (``normalise_job``, ``normalise_node``, ``normalise_queue``): one
-  native record -> the normalised record of ``sdk.schema``, exactly as the PBS
+  native record -> the normalised record of ``jobtap.schema``, exactly as the PBS
   backend does (same fields, same rules for times, exit status and reason).
 * :class:`SlurmBackend`: runs the commands (locally or through a prefix such as
   ``ssh head1``) and feeds the parsers.
@@ -82,7 +82,7 @@ from typing import Any
 
 import orjson
 
-from sdk.schema import (
+from jobtap.schema import (
     CANCELLED,
     COMPLETED,
     EXITING,

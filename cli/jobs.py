@@ -1,6 +1,6 @@
 """``jobtap watch``, ``show``, ``wait`` and ``export``: the SDK on the command line.
 
-These commands use the public SDK only (``sdk.Client``), like any in-house tool.
+These commands use the public SDK only (``jobtap.Client``), like any in-house tool.
 Expected failures (Redis unreachable, unknown job, bad credential file) are one
 line on stderr and a non-zero exit status.
 
@@ -29,9 +29,9 @@ from typing import Any
 import click
 import orjson
 
-import sdk
-from sdk.events import FINAL, REMOVED, STATE, UPDATE
-from sdk.records import RESYNC
+import jobtap
+from jobtap.events import FINAL, REMOVED, STATE, UPDATE
+from jobtap.records import RESYNC
 
 TIMEOUT_STATUS = 124  # like timeout(1)
 
@@ -66,13 +66,13 @@ def sdk_errors() -> Iterator[None]:
     """SDK errors become one-line ``click`` errors (exit status 1, no traceback)."""
     try:
         yield
-    except sdk.JobtapError as exc:
+    except jobtap.JobtapError as exc:
         raise click.ClickException(str(exc)) from None
 
 
-def make_client(redis_url: str | None, site: str | None, credentials: str | None) -> sdk.Client:
+def make_client(redis_url: str | None, site: str | None, credentials: str | None) -> jobtap.Client:
     with sdk_errors():
-        return sdk.Client(redis_url, site=site, credentials=credentials)
+        return jobtap.Client(redis_url, site=site, credentials=credentials)
 
 
 def with_client(f: Callable) -> Callable:
@@ -100,7 +100,7 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def describe(change: sdk.Change) -> str:
+def describe(change: jobtap.Change) -> str:
     """One readable line for a change."""
     ev = change.event
     when = ev.get("observed_at") or "-"
@@ -130,7 +130,7 @@ def describe(change: sdk.Change) -> str:
     return f"{when} {change.type:<7} {what} {who} {detail}"
 
 
-def shell_status(job: sdk.Job | None) -> int:
+def shell_status(job: jobtap.Job | None) -> int:
     """The exit status a shell would show for the job: its exit status if 0-255;
     PBS's 256+N (killed by signal N) as 128+N; 1 for other failures."""
     if job is None:
@@ -158,7 +158,7 @@ def shell_status(job: sdk.Job | None) -> int:
 @click.option("--timeout", type=float, default=None, help="Exit after this many seconds.")
 @with_client
 def watch(
-    client: sdk.Client,
+    client: jobtap.Client,
     job_ids: tuple[str, ...],
     user: str | None,
     all_jobs: bool,
@@ -175,7 +175,7 @@ def watch(
     user's jobs, --all for every job of the site, else your own jobs."""
     if all_jobs and (job_ids or user):
         raise click.UsageError("--all watches every job: give no JOBID and no --user")
-    changes: queue.SimpleQueue[sdk.Change] = queue.SimpleQueue()
+    changes: queue.SimpleQueue[jobtap.Change] = queue.SimpleQueue()
     kinds = ("job", "node", "queue") if nodes else ("job",)
     if not job_ids and not user and not all_jobs and client.user is None:
         raise click.UsageError("say what to watch: JOBID..., --user U or --all")
@@ -219,7 +219,7 @@ def watch(
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @click.option("--native", is_flag=True, help="Also print the scheduler's own record.")
 @with_client
-def show(client: sdk.Client, job_id: str, user: str | None, as_json: bool, native: bool) -> None:
+def show(client: jobtap.Client, job_id: str, user: str | None, as_json: bool, native: bool) -> None:
     """Print a job's cached record."""
     job = client.job(job_id, user=user)
     if job is None:
@@ -252,7 +252,7 @@ def show(client: sdk.Client, job_id: str, user: str | None, as_json: bool, nativ
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing.")
 @with_client
 def wait(
-    client: sdk.Client,
+    client: jobtap.Client,
     job_id: str,
     timeout: float | None,
     states: tuple[str, ...],
@@ -261,11 +261,11 @@ def wait(
 ) -> None:
     """Wait for a job to finish; exit with its exit status (124 on timeout)."""
     try:
-        job = client.wait(job_id, states or sdk.TERMINAL, timeout, user=user)
-    except sdk.WaitTimeout as exc:
+        job = client.wait(job_id, states or jobtap.TERMINAL, timeout, user=user)
+    except jobtap.WaitTimeout as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(TIMEOUT_STATUS)
-    except sdk.StateNotReached as exc:
+    except jobtap.StateNotReached as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(shell_status(exc.job) or 1)
     if not quiet:
@@ -292,7 +292,7 @@ def wait(
               help="Seconds before another consumer's unacked events are claimed.")  # fmt: skip
 @with_client
 def export(
-    client: sdk.Client,
+    client: jobtap.Client,
     group: str | None,
     consumer: str | None,
     since: str | None,

@@ -5,7 +5,7 @@ start this for every job start and end, and its start-up time is most of the
 delay between a job's end and the user's callback: importing redis-py alone
 takes about 0.2 s here.  So this module speaks the few lines of the Redis
 protocol it needs over a plain socket and imports only the standard library
-(and ``sdk.keys``, which does the same).  TLS URLs (``rediss://``) go through
+(and ``jobtap.keys``, which does the same).  TLS URLs (``rediss://``) go through
 redis-py instead.
 
 It never fails the hook that runs it: if Redis is away the poke is lost, a
@@ -21,9 +21,7 @@ import socket
 import sys
 from urllib.parse import unquote, urlsplit
 
-from sdk.keys import BadName, SiteKeys
-
-POKE_MAXLEN = 10_000  # entries kept in the poke stream (approximately)
+from jobtap.keys import POKES_MAXLEN, BadName, SiteKeys
 
 
 class PokeError(Exception):
@@ -87,12 +85,12 @@ def connect(url: str, timeout: float) -> tuple[socket.socket, list[bytes]]:
 def poke(url: str, site: str, job_ids: list[str], *, timeout: float = 2.0) -> bytes:
     """Append one poke naming ``job_ids`` to the site's poke stream; return its id."""
     key = SiteKeys(site).pokes
-    xadd = encode("XADD", key, "MAXLEN", "~", POKE_MAXLEN, "*",
+    xadd = encode("XADD", key, "MAXLEN", "~", POKES_MAXLEN, "*",
                   "ids", " ".join(job_ids), "source", socket.gethostname())  # fmt: skip
     if url.startswith("rediss://"):  # TLS: let redis-py do it
         import redis
 
-        from .follow import poke as poke_with_client
+        from jobtap.collector.follow import poke as poke_with_client
 
         r = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
         return poke_with_client(r, SiteKeys(site), job_ids).encode()

@@ -75,7 +75,7 @@ from typing import Any
 
 import orjson
 
-from sdk.schema import (
+from jobtap.schema import (
     CANCELLED,
     COMPLETED,
     EXITING,

@@ -2,7 +2,7 @@
 
 It is the embedded default for the demo and the load generator of the
 benchmarks.  Records come out exactly as OpenPBS prints them (see
-:mod:`collector.sim`), and are normalised by the PBS backend's own functions,
+:mod:`jobtap.sim.model`), and are normalised by the PBS backend's own functions,
 so that the whole pipeline after the stat is the one a real PBS site runs.
 
 Each ``stat_jobs()`` first moves the virtual clock ``tick`` seconds, the way
@@ -15,15 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from collector.sim import JOB_FAULTS, Simulation
-
-from .base import Native, Record, StatError
+from jobtap.collector.backends.base import Native, Record, StatError
+from jobtap.sim.model import JOB_FAULTS, Simulation
 
 __all__ = ["SimBackend"]
 
 
 class SimBackend:
-    """A :class:`~collector.sim.Simulation` seen through the backend interface.
+    """A :class:`~jobtap.sim.model.Simulation` seen through the backend interface.
 
     ``simulation`` exposes the model (and its ground truth, ``truth``) to
     tests; faults set with ``simulation.fault()`` (or :meth:`fault`) make the
@@ -61,7 +60,7 @@ class SimBackend:
         )
 
     def fault(self, kind: str, count: int = 1) -> None:
-        """See :meth:`collector.sim.Simulation.fault`."""
+        """See :meth:`jobtap.sim.model.Simulation.fault`."""
         self.simulation.fault(kind, count)
 
     # Stats -------------------------------------------------------------------------
@@ -111,16 +110,16 @@ class SimBackend:
 
     # Normalisation: the PBS backend's, with the simulated server's time zone ---------
     def normalise_job(self, job_id: str, native: Native) -> Record:
-        from . import pbs
+        from jobtap.collector.backends import pbs
 
         return pbs.normalise_job(job_id, native, scheduler=self.scheduler, tz="UTC")
 
     def normalise_node(self, name: str, native: Native) -> Record:
-        from . import pbs
+        from jobtap.collector.backends import pbs
 
         return pbs.normalise_node(name, native, scheduler=self.scheduler, tz="UTC")
 
     def normalise_queue(self, name: str, native: Native) -> Record:
-        from . import pbs
+        from jobtap.collector.backends import pbs
 
         return pbs.normalise_queue(name, native, scheduler=self.scheduler, tz="UTC")

@@ -25,10 +25,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import click
 import redis
 
-from sdk.connection import safe_url
-from sdk.keys import BadName, check_site
-
-from . import acl as rules
+from jobtap.acl import files, rules
+from jobtap.connection import safe_url
+from jobtap.keys import BadName, check_site
 
 DEFAULT_ADMIN_URL = "redis://127.0.0.1:6379/0"
 
@@ -130,8 +129,8 @@ def grant_one(admin: rules.AclAdmin, user: str, url: str, output: Path | None) -
     place only once Redis took the password."""
     rules.check_user(user, admin.reserved)
     password = rules.new_password()
-    text = rules.credentials_text(url, user, password, admin.sites[0])
-    pending, path = rules.prepare_credentials(user, text, output)
+    text = files.credentials_text(url, user, password, admin.sites[0])
+    pending, path = files.prepare_credentials(user, text, output)
     try:
         outcome = admin.grant(user, password)
     except BaseException:
@@ -217,14 +216,14 @@ def sync(redis_url, sites, users_file, dry_run, groups, services, secrets_dir, u
             )
         for name, password in report.generated.items():
             if secrets_dir:
-                rules.write_secret(Path(secrets_dir, f"{name}.password"), password)
+                files.write_secret(Path(secrets_dir, f"{name}.password"), password)
                 click.echo(f"{name}: new password in {Path(secrets_dir, name + '.password')}")
             else:
                 click.echo(f"{name}: {service_url(url, name, password)}  (shown once)")
         granted: list[str] = []
         if grant_new:
             for name in report.no_password:
-                if rules.system_account(name) is None:
+                if files.system_account(name) is None:
                     click.echo(f"not granted {name!r}: no system account", err=True)
                     continue
                 path, _ = grant_one(admin, name, url, None)
@@ -270,7 +269,7 @@ def grant(redis_url, sites, user, output, url, groups):
     with errors(redis_url):
         path, outcome = grant_one(admin, user, url or public_url(redis_url), output)
         saved(admin)
-    owner = rules.owner_of(user)
+    owner = files.owner_of(user)
     whose = f", owner {user}" if owner else ""
     click.echo(f"granted {user} ({outcome}): {path} (mode 0600{whose})")
 
@@ -293,7 +292,7 @@ def revoke(redis_url, sites, user, remove_file, output):
         existed = admin.revoke(user)
         removed = None
         if remove_file:
-            removed = rules.remove_credentials(user, Path(output) if output else None)
+            removed = files.remove_credentials(user, Path(output) if output else None)
         saved(admin)
     click.echo(
         (

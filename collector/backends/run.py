@@ -8,7 +8,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
-from .backends.base import StatError
+from .base import StatError
 
 
 def run_full(

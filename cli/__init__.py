@@ -1,8 +1,8 @@
-"""The ``jobtap`` command's entry point.
+"""The ``jobtap`` command (``python -m jobtap.cli`` works too).
 
 ``jobtap poke`` runs from scheduler hooks for every job start and end, so it
-takes a short way that loads neither click nor redis-py (collector/poke.py);
-everything else goes to the click application in collector/cli.py.
+takes a short way that loads neither click nor redis-py (cli/poke.py);
+everything else goes to the click application in cli/app.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,6 @@ def main() -> None:
         from .poke import main as poke
 
         sys.exit(poke(sys.argv[2:]))
-    from .cli import main as cli
+    from .app import main as cli
 
     cli()

@@ -1,3 +1,0 @@
-from .entry import main
-
-main()
