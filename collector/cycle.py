@@ -23,11 +23,21 @@ import redis
 
 from jobtap.keys import SiteKeys
 from jobtap.schema import JOB, NODE, QUEUE, TERMINAL
+from jobtap.workers import chunk
+from jobtap.workers.chunk import STATE, UPDATE, Item
 
-from .backends.base import Backend, BadRecord, Native, Record, StatError, check_object_id
+from .backends.base import (
+    Backend,
+    BadRecord,
+    CanonicalIds,
+    Native,
+    Record,
+    StatError,
+    check_object_id,
+)
 from .fingerprint import fingerprint, fingerprint_all
 from .nodewatch import ON_NODES, NodeWatch
-from .ship import STATE, UPDATE, Shipper
+from .ship import Batches, Shipper
 from .tracker import Seen, Tracker
 
 log = logging.getLogger("jobtap.collector")
@@ -133,11 +143,11 @@ def classify(
     seen: dict[str, Seen],
     urgent: set[str],
     report: CycleReport,
-) -> tuple[list[dict], list[dict], dict[str, Seen]]:
+) -> tuple[list[Item], list[Item], dict[str, Seen]]:
     """Split changed jobs into state-queue items (new, state changes, finals,
     ``urgent``) and update-queue items; and what to remember of each."""
-    state_items: list[dict] = []
-    update_items: list[dict] = []
+    state_items: list[Item] = []
+    update_items: list[Item] = []
     new_seen: dict[str, Seen] = {}
     for oid in changed:
         fp = fps[oid]
@@ -149,16 +159,28 @@ def classify(
         state = record.get("state") or ""
         new_seen[oid] = Seen(fp, state)
         important = old is None or old.state != state or state in TERMINAL or oid in urgent
-        (state_items if important else update_items).append(upsert(oid, fp, record))
+        (state_items if important else update_items).append(chunk.upsert(oid, fp, record))
         report.add("new" if old is None else "state" if old.state != state else "update")
     return state_items, update_items, new_seen
 
 
-def upsert(oid: str, fp: str, record: Record, live: bool = True) -> dict[str, Any]:
-    item = {"op": "upsert", "id": oid, "fp": fp, "state": record.get("state"), "record": record}
-    if not live:
-        item["live"] = False
-    return item
+@dataclass
+class Shipment:
+    """What one cycle ships, and what the collector remembers once it is shipped.
+
+    Nothing is remembered before the chunks are enqueued: a cycle that fails at
+    any step leaves the next one to find the same changes again."""
+
+    batches: Batches = field(default_factory=dict)
+    forget: list[str] = field(default_factory=list)  # fingerprint fields to drop
+    on_shipped: list[Callable[[], None]] = field(default_factory=list)
+
+    def add(self, priority: str, kind: str, items: list[Item]) -> None:
+        if items:
+            self.batches.setdefault((priority, kind), []).extend(items)
+
+    def then(self, step: Callable[[], None]) -> None:
+        self.on_shipped.append(step)
 
 
 # The collector -----------------------------------------------------------------
@@ -193,6 +215,8 @@ class Collector:
         self.job_nodes_known = self.node_states_known = False
         self.cycles_run = 0
         self.last_cycle = 0
+        # Checked once: does this scheduler spell job ids in several ways?
+        self.canonical_id = backend.canonical_id if isinstance(backend, CanonicalIds) else None
 
     # -- state ------------------------------------------------------------------
     def load(self) -> Tracker:
@@ -223,57 +247,19 @@ class Collector:
         """Run one cycle; raise :class:`CycleFailed` if it changed nothing."""
         if self.tracker is None:
             self.load()
-        assert self.tracker is not None
         if with_nodes is None:
             with_nodes = self.cycles_run % self.nodes_every == 0
-        try:
-            cycle = self.next_cycle()
-        except redis.RedisError as exc:
-            raise CycleFailed(f"redis: {exc}") from exc
-        report = CycleReport(cycle=cycle, observed_at=utc_now_iso())
-        batches: dict[tuple[str, str], list[dict]] = {}
-        commit: list[Callable[[], None]] = []
-        forget: list[str] = []
-
-        bad, delta = self.nodewatch.bad, set()
+        report = self._new_report()
+        shipment = Shipment()
+        bad, delta = self.nodewatch.bad, set[str]()
         if with_nodes:  # nodes first: a node that just went bad changes its jobs' reason
-            for kind, stat, normalise in (
-                (NODE, self.backend.stat_nodes, self.backend.normalise_node),
-                (QUEUE, self.backend.stat_queues, self.backend.normalise_queue),
-            ):
-                try:
-                    done = self._others(kind, stat, normalise, report, batches, commit)
-                except StatError as exc:  # jobs still go through; nodes wait for next time
-                    report.warnings.append(f"{kind} stat failed: {exc}")
-                    continue
-                if kind == NODE and done is not None:
-                    bad, delta = self.nodewatch.plan(*done)
+            bad, delta = self._nodes_and_queues(report, shipment)
         try:
-            self._jobs(report, batches, commit, forget, bad, delta)
+            self._jobs(report, shipment, bad, delta)
         except StatError as exc:
             raise CycleFailed(str(exc)) from exc
-
-        def keep_bad(bad=bad) -> None:
-            self.nodewatch.bad = bad
-
-        commit.append(keep_bad)
-
-        with _Stopwatch(report, "ship"):
-            try:
-                pipe = self.shipper.redis.pipeline(transaction=False)
-                report.counts["chunks"] = self.shipper.ship(
-                    cycle, report.observed_at, batches, pipeline=pipe
-                )
-                if forget and self.shipper.redis is self.redis:
-                    pipe.hdel(self.keys.fingerprints, *forget)
-                    forget = []
-                pipe.execute()
-                if forget:
-                    self.redis.hdel(self.keys.fingerprints, *forget)
-            except redis.RedisError as exc:
-                raise CycleFailed(f"redis: {exc}") from exc
-        for step in commit:
-            step()
+        shipment.then(lambda: setattr(self.nodewatch, "bad", bad))
+        self._ship(report, shipment)
         self.cycles_run += 1
         return report
 
@@ -287,22 +273,9 @@ class Collector:
         jobs.  Raises :class:`CycleFailed` if it changed nothing."""
         if self.tracker is None:
             self.load()
-        seen = self.tracker.of(JOB)  # type: ignore[union-attr]
-        canonical = getattr(self.backend, "canonical_id", None)  # e.g. Flux: many spellings
-        ids = []
-        for jid in job_ids:
-            if canonical is not None:
-                jid = canonical(jid)
-            try:
-                ids.append(check_object_id(jid))
-            except BadRecord:
-                continue
-        ids = list(dict.fromkeys(ids))
-        try:
-            cycle = self.next_cycle()
-        except redis.RedisError as exc:
-            raise CycleFailed(f"redis: {exc}") from exc
-        report = CycleReport(cycle=cycle, observed_at=utc_now_iso())
+        seen = self._seen(JOB)
+        ids = self._poked_ids(job_ids)
+        report = self._new_report()
         if not ids:
             return report
         try:
@@ -314,106 +287,196 @@ class Collector:
         fps = fingerprint_all(natives)
         changed = [j for j, fp in fps.items() if (x := seen.get(j)) is None or x.fingerprint != fp]
         report.counts.update(poked=len(ids), jobs=len(natives), changed=len(changed))
-        records = normalise_many(self.backend.normalise_job, natives, changed, self.site, report)
-        for rec in records.values():
-            self.nodewatch.overlay(rec, self.nodewatch.bad)
+        records = self._normalise_jobs(natives, changed, report, self.nodewatch.bad)
         state_items, update_items, new_seen = classify(changed, fps, records, seen, set(), report)
-        batches = {
-            k: v for k, v in (((STATE, JOB), state_items), ((UPDATE, JOB), update_items)) if v
-        }
-        with _Stopwatch(report, "ship"):
-            try:
-                report.counts["chunks"] = self.shipper.ship(cycle, report.observed_at, batches)
-            except redis.RedisError as exc:
-                raise CycleFailed(f"redis: {exc}") from exc
-        seen.update(new_seen)
-        for jid, rec in records.items():
-            self.nodewatch.note(jid, rec)
+        shipment = Shipment()
+        shipment.add(STATE, JOB, state_items)
+        shipment.add(UPDATE, JOB, update_items)
+        shipment.then(lambda: self._remember_jobs(new_seen, records, drop=()))
+        self._ship(report, shipment)
         return report
 
-    def _jobs(self, report, batches, commit, forget, bad, delta) -> None:
-        backend, seen = self.backend, self.tracker.of(JOB)  # type: ignore[union-attr]
-        watch = self.nodewatch
+    # -- the steps -----------------------------------------------------------------
+    def _new_report(self) -> CycleReport:
+        try:
+            cycle = self.next_cycle()
+        except redis.RedisError as exc:
+            raise CycleFailed(f"redis: {exc}") from exc
+        return CycleReport(cycle=cycle, observed_at=utc_now_iso())
+
+    def _seen(self, kind: str) -> dict[str, Seen]:
+        assert self.tracker is not None
+        return self.tracker.of(kind)
+
+    def _poked_ids(self, job_ids: Iterable[str]) -> list[str]:
+        """Poked ids in the collector's spelling, valid, each once."""
+        ids = []
+        for jid in job_ids:
+            if self.canonical_id is not None:
+                jid = self.canonical_id(jid)
+            try:
+                ids.append(check_object_id(jid))
+            except BadRecord:
+                continue
+        return list(dict.fromkeys(ids))
+
+    def _ship(self, report: CycleReport, shipment: Shipment) -> None:
+        """Enqueue the chunks (and drop forgotten fingerprints) in one round trip,
+        then remember what was shipped."""
+        forget = shipment.forget
+        with _Stopwatch(report, "ship"):
+            try:
+                pipe = self.shipper.redis.pipeline(transaction=False)
+                report.counts["chunks"] = self.shipper.ship(
+                    report.cycle, report.observed_at, shipment.batches, pipeline=pipe
+                )
+                if forget and self.shipper.redis is self.redis:
+                    pipe.hdel(self.keys.fingerprints, *forget)
+                    forget = []
+                pipe.execute()
+                if forget:
+                    self.redis.hdel(self.keys.fingerprints, *forget)
+            except redis.RedisError as exc:
+                raise CycleFailed(f"redis: {exc}") from exc
+        for step in shipment.on_shipped:
+            step()
+
+    def _normalise_jobs(
+        self, natives: dict[str, Native], ids: list[str], report: CycleReport, bad: dict[str, str]
+    ) -> dict[str, Record]:
+        """Normalise ``ids``, with the reason of jobs on bad nodes overlaid."""
+        records = normalise_many(self.backend.normalise_job, natives, ids, self.site, report)
+        for rec in records.values():
+            self.nodewatch.overlay(rec, bad)
+        return records
+
+    def _remember_jobs(
+        self, new_seen: dict[str, Seen], records: dict[str, Record], drop: Iterable[str]
+    ) -> None:
+        seen, watch = self._seen(JOB), self.nodewatch
+        seen.update(new_seen)
+        for oid in drop:
+            seen.pop(oid, None)
+            watch.job_nodes.pop(oid, None)
+        for jid, rec in records.items():
+            watch.note(jid, rec)
+
+    def _jobs(
+        self, report: CycleReport, shipment: Shipment, bad: dict[str, str], delta: set[str]
+    ) -> None:
+        """Stat every job; ship the changed and the vanished ones."""
+        seen = self._seen(JOB)
         with no_gc(), _Stopwatch(report, "stat"):
-            natives = backend.stat_jobs()
+            natives = self.backend.stat_jobs()
         with no_gc(), _Stopwatch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed, vanished = compare(seen, fps)
         report.counts.update(jobs=len(natives), changed=len(changed), vanished=len(vanished))
-        if not self.job_nodes_known:  # after a (re)start: where do the running jobs run?
-            running = [j for j, s in seen.items() if s.state in ON_NODES and j in natives]
-            for jid, rec in normalise_many(
-                backend.normalise_job, natives, running, "", report
-            ).items():
-                watch.note(jid, rec)
-            self.job_nodes_known = True
+        self._learn_job_nodes(natives, report)
         # Jobs on nodes that just went bad or came back: refresh them although
         # the scheduler's record of them did not change.
-        nodes_moved = {j for j in watch.jobs_on(delta) if j in natives} - set(changed)
+        nodes_moved = {j for j in self.nodewatch.jobs_on(delta) if j in natives} - set(changed)
         if nodes_moved:
             changed = changed + sorted(nodes_moved)
             report.add("node_reason", len(nodes_moved))
         with _Stopwatch(report, "normalise"):
-            records = normalise_many(backend.normalise_job, natives, changed, self.site, report)
-            for rec in records.values():
-                watch.overlay(rec, bad)
-
+            records = self._normalise_jobs(natives, changed, report, bad)
         state_items, update_items, new_seen = classify(
             changed, fps, records, seen, nodes_moved, report
         )
+        finals, drop = self._vanished(vanished, natives, report, shipment)
+        shipment.add(STATE, JOB, state_items + finals)
+        shipment.add(UPDATE, JOB, update_items)
+        shipment.then(lambda: self._remember_jobs(new_seen, records, drop))
 
-        # Vanished jobs: the terminal ones were finalised while live; look up the rest.
+    def _learn_job_nodes(self, natives: dict[str, Native], report: CycleReport) -> None:
+        """After a (re)start: where do the running jobs run?"""
+        if self.job_nodes_known:
+            return
+        seen = self._seen(JOB)
+        running = [j for j, s in seen.items() if s.state in ON_NODES and j in natives]
+        for jid, rec in normalise_many(
+            self.backend.normalise_job, natives, running, "", report
+        ).items():
+            self.nodewatch.note(jid, rec)
+        self.job_nodes_known = True
+
+    def _vanished(
+        self,
+        vanished: list[str],
+        natives: dict[str, Native],
+        report: CycleReport,
+        shipment: Shipment,
+    ) -> tuple[list[Item], list[str]]:
+        """Finals for the jobs that left the live list, and the ids to drop.
+
+        The terminal ones were finalised while live; the rest are looked up in
+        history.  A list that shrank suspiciously is believed only where
+        history confirms."""
+        seen = self._seen(JOB)
         gone_done = [oid for oid in vanished if seen[oid].state in TERMINAL]
         active = [oid for oid in vanished if seen[oid].state not in TERMINAL]
-        forget.extend(f"{JOB}:{oid}" for oid in gone_done)
-        drop = list(gone_done)
-        if active:
-            prev_active = sum(1 for s in seen.values() if s.state not in TERMINAL)
-            suspicious = len(active) > 1 and (
-                not natives or len(active) > self.shrink_ratio * prev_active
-            )
-            with _Stopwatch(report, "history"):
-                found = backend.history(active)
-            history = normalise_many(backend.normalise_job, found, list(found), self.site, report)
-            kept = 0
-            for oid in active:
-                record = history.get(oid)
-                if record is not None and record.get("state") in TERMINAL:
-                    state_items.append(upsert(oid, fingerprint(found[oid]), record, live=False))
-                    report.add("finalised")
-                    drop.append(oid)
-                elif record is None and not suspicious and oid not in found:
-                    state_items.append({"op": "vanished", "id": oid})
-                    report.add("finalised")
-                    report.add("vanished_no_history")
-                    drop.append(oid)
-                else:  # history says it is alive, or the list is not to be believed
-                    kept += 1
-            if kept:
-                report.add("kept", kept)
-                if suspicious:
-                    report.warnings.append(
-                        f"live list shrank from {prev_active} to {len(natives)} active jobs:"
-                        f" {kept} jobs not confirmed by history stay as they were"
-                    )
+        shipment.forget.extend(f"{JOB}:{oid}" for oid in gone_done)
+        drop, finals = list(gone_done), []
+        if not active:
+            return finals, drop
+        prev_active = sum(1 for s in seen.values() if s.state not in TERMINAL)
+        suspicious = len(active) > 1 and (
+            not natives or len(active) > self.shrink_ratio * prev_active
+        )
+        with _Stopwatch(report, "history"):
+            found = self.backend.history(active)
+        history = normalise_many(self.backend.normalise_job, found, list(found), self.site, report)
+        kept = 0
+        for oid in active:
+            record = history.get(oid)
+            if record is not None and record.get("state") in TERMINAL:
+                finals.append(chunk.upsert(oid, fingerprint(found[oid]), record, live=False))
+                report.add("finalised")
+                drop.append(oid)
+            elif record is None and not suspicious and oid not in found:
+                finals.append(chunk.vanished(oid))
+                report.add("finalised")
+                report.add("vanished_no_history")
+                drop.append(oid)
+            else:  # history says it is alive, or the list is not to be believed
+                kept += 1
+        if kept:
+            report.add("kept", kept)
+            if suspicious:
+                report.warnings.append(
+                    f"live list shrank from {prev_active} to {len(natives)} active jobs:"
+                    f" {kept} jobs not confirmed by history stay as they were"
+                )
+        return finals, drop
 
-        if state_items:
-            batches[(STATE, JOB)] = state_items
-        if update_items:
-            batches[(UPDATE, JOB)] = update_items
+    def _nodes_and_queues(
+        self, report: CycleReport, shipment: Shipment
+    ) -> tuple[dict[str, str], set[str]]:
+        """Ship changed nodes and queues; return the bad nodes and which moved."""
+        bad, delta = self.nodewatch.bad, set[str]()
+        for kind, stat, normalise in (
+            (NODE, self.backend.stat_nodes, self.backend.normalise_node),
+            (QUEUE, self.backend.stat_queues, self.backend.normalise_queue),
+        ):
+            try:
+                done = self._others(kind, stat, normalise, report, shipment)
+            except StatError as exc:  # jobs still go through; nodes wait for next time
+                report.warnings.append(f"{kind} stat failed: {exc}")
+                continue
+            if kind == NODE and done is not None:
+                bad, delta = self.nodewatch.plan(*done)
+        return bad, delta
 
-        def remember() -> None:
-            seen.update(new_seen)
-            for oid in drop:
-                seen.pop(oid, None)
-                watch.job_nodes.pop(oid, None)
-            for jid, rec in records.items():
-                watch.note(jid, rec)
-
-        commit.append(remember)
-
-    def _others(self, kind, stat, normalise, report, batches, commit) -> None:
-        seen = self.tracker.of(kind)  # type: ignore[union-attr]
+    def _others(
+        self,
+        kind: str,
+        stat: Callable[[], dict[str, Native]],
+        normalise: Callable[[str, Native], Record],
+        report: CycleReport,
+        shipment: Shipment,
+    ) -> tuple[list[Record], list[str]] | None:
+        seen = self._seen(kind)
         with _Stopwatch(report, f"stat_{kind}s"):
             natives = stat()
         if not natives and seen:
@@ -422,28 +485,28 @@ class Collector:
         fps = fingerprint_all(natives)
         changed, vanished = compare(seen, fps)
         records = normalise_many(normalise, natives, changed, self.site, report, kind)
-        items, new_seen = [], {}
+        items: list[Item] = []
+        new_seen = {}
         for oid in changed:
             record = records.get(oid)
             state = (record or {}).get("state") or ""
             new_seen[oid] = Seen(fps[oid], state)
             if record is not None:
-                items.append(upsert(oid, fps[oid], record))
-        items.extend({"op": "remove", "id": oid} for oid in vanished)
+                items.append(chunk.upsert(oid, fps[oid], record))
+        items.extend(chunk.remove(oid) for oid in vanished)
         report.counts[f"{kind}s"] = len(natives)
         report.counts[f"{kind}s_changed"] = len(items)
-        if items:
-            batches[(STATE, kind)] = items
+        shipment.add(STATE, kind, items)
 
         def remember() -> None:
             seen.update(new_seen)
             for oid in vanished:
                 seen.pop(oid, None)
 
-        commit.append(remember)
+        shipment.then(remember)
         if kind == NODE and not self.node_states_known:
             # after a (re)start every node's state is needed, not just the changed ones
             others = [oid for oid in natives if oid not in records]
             records.update(normalise_many(normalise, natives, others, self.site, report, kind))
-            commit.append(lambda: setattr(self, "node_states_known", True))
+            shipment.then(lambda: setattr(self, "node_states_known", True))
         return list(records.values()), vanished

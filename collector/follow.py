@@ -16,11 +16,13 @@ import logging
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import redis
 
 from jobtap.keys import POKES_MAXLEN, SiteKeys
+
+from .backends.base import EventFeed
 
 log = logging.getLogger("jobtap.collector")
 
@@ -77,38 +79,29 @@ class FeedThread(threading.Thread):
 
     If the feed ends (the scheduler restarted, the reader died), it is started
     again with exponential backoff, asking for the events since the last batch
-    it handled when the backend can (``follow_command(since=...)``).  The feed's
-    standard error goes to the collector's log."""
+    it handled (``follow_command(since=...)``).  The feed's standard error goes
+    to the collector's log."""
 
     def __init__(
         self,
-        command: Callable[..., list[str]],
-        parse: Callable[[Iterable[bytes]], Iterator[list[str]]],
+        feed: EventFeed,
         r: redis.Redis,
         keys: SiteKeys,
         *,
         max_backoff: float = 60.0,
     ):
         super().__init__(name="jobtap-feed", daemon=True)
-        self.command, self.parse, self.redis, self.keys = command, parse, r, keys
+        self.feed, self.redis, self.keys = feed, r, keys
         self.max_backoff = max_backoff
         self.proc: subprocess.Popen | None = None
         self.stopped = threading.Event()
         self.since: float | None = None
         self.batches = 0
 
-    def argv(self) -> list[str]:
-        if self.since is None:
-            return self.command()
-        try:
-            return self.command(since=self.since)
-        except TypeError:  # this backend's feed cannot resume
-            return self.command()
-
     def run(self) -> None:
         backoff = 1.0
         while not self.stopped.is_set():
-            argv = self.argv()
+            argv = self.feed.follow_command(since=self.since)
             try:
                 self.proc = subprocess.Popen(
                     argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -122,8 +115,8 @@ class FeedThread(threading.Thread):
             threading.Thread(target=self._log_stderr, args=(self.proc,), daemon=True).start()
             got_any = False
             try:
-                for ids in self.parse(self.proc.stdout):  # type: ignore[arg-type]
-                    self.since = getattr(ids, "last_timestamp", None) or self.since
+                for ids in self.feed.follow_parse(self.proc.stdout):  # type: ignore[arg-type]
+                    self.since = ids.last_timestamp or self.since
                     if ids:
                         poke(self.redis, self.keys, list(ids), source="feed")
                         self.batches += 1

@@ -25,6 +25,7 @@ import redis
 
 from jobtap.schema import EXITING, JOB
 
+from .backends.base import EventFeed
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 
@@ -146,9 +147,8 @@ class CollectorService:
     def start_follow(self) -> None:
         self.pokes = PokeReader(self.redis, self.keys)
         backend = self.collector.backend
-        command = getattr(backend, "follow_command", None)
-        if command is not None:
-            self.feed = FeedThread(command, backend.follow_parse, self.redis, self.keys)
+        if isinstance(backend, EventFeed):
+            self.feed = FeedThread(backend, self.redis, self.keys)
             self.feed.start()
         log.info("follow mode: serving pokes from %s", self.keys.pokes)
 

@@ -1,53 +1,24 @@
-"""Shipping changes to the workers: compact chunks enqueued as rq jobs.
-
-A chunk is one orjson document holding the site, the cycle number, the time of
-observation and a list of items of one kind (job, node or queue).  Items are:
-
-- ``{"op": "upsert", "id", "fp", "state", "record"}``: the object's normalised record;
-- ``{"op": "vanished", "id", "fp"}``: a job left the live list and history has
-  nothing on it: the worker finalises it with ``reason: "vanished"``;
-- ``{"op": "remove", "id"}``: a node or queue is gone.
-
-State changes (new objects, state transitions, finals) and attribute-only changes
-go to two rq queues so that a flood of usage updates never delays "your job
-started".  Every chunk carries the cycle number: the workers use it to apply
-chunks in any order and to make a retried chunk a no-op.
-"""
+"""Shipping changes to the workers: chunks (``jobtap.workers.chunk``, the
+contract with the workers) enqueued as rq jobs on the site's two priority
+queues, in one round trip."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import orjson
 import redis
 from rq import Queue, Retry
 
 from jobtap.keys import SiteKeys
+from jobtap.workers.chunk import APPLY_FUNC, PRIORITIES, Chunk, Item
 
-APPLY_FUNC = "jobtap.workers.apply.apply_chunk"
-STATE = "state"
-UPDATE = "update"
-PRIORITIES = (STATE, UPDATE)
+Batches = dict[tuple[str, str], list[Item]]  # (priority, kind) -> items
 
 
 def chunked(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def encode_chunk(
-    site: str, cycle: int, observed_at: str, kind: str, items: Iterable[dict]
-) -> bytes:
-    return orjson.dumps(
-        {
-            "site": site,
-            "cycle": cycle,
-            "observed_at": observed_at,
-            "kind": kind,
-            "items": list(items),
-        }
-    )
 
 
 class Shipper:
@@ -76,7 +47,7 @@ class Shipper:
         self,
         cycle: int,
         observed_at: str,
-        batches: dict[tuple[str, str], list[dict]],
+        batches: Batches,
         pipeline: redis.client.Pipeline | None = None,
     ) -> int:
         """Enqueue ``batches[(priority, kind)]`` as chunks; return how many.
@@ -91,7 +62,7 @@ class Shipper:
                 if prio != priority:
                     continue
                 for part in chunked(items, self.chunk_size):
-                    payload = encode_chunk(self.keys.site, cycle, observed_at, kind, part)
+                    payload = Chunk(self.keys.site, cycle, observed_at, kind, list(part)).encode()
                     datas.append(
                         Queue.prepare_data(
                             APPLY_FUNC,

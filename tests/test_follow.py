@@ -135,7 +135,7 @@ def test_flux_journal_feed_pokes_every_job(r, tmp_path, monkeypatch):
     monkeypatch.setenv("JOBTAP_FAKE_FLUX", str(control))
     backend = FluxBackend(flux=str(FAKE_BIN / "flux"), timeout=10)
     expected = set(backend.stat_jobs())
-    feed = FeedThread(backend.follow_command, backend.follow_parse, r, K)
+    feed = FeedThread(backend, r, K)
     feed.start()
     poked: set[str] = set()
     deadline = time.monotonic() + 30

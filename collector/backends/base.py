@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 Native = dict[str, Any]
 Record = dict[str, Any]
@@ -52,6 +52,39 @@ class Backend(Protocol):
     def normalise_node(self, name: str, native: Native) -> Record: ...
 
     def normalise_queue(self, name: str, native: Native) -> Record: ...
+
+
+# Optional abilities: a backend has them or not, and the collector asks once, at
+# start (``isinstance(backend, EventFeed)``), never by trial and error.
+class FeedBatch(Protocol):
+    """Job ids an event feed reports as changed, and the newest event time
+    they cover (to restart the feed from there)."""
+
+    last_timestamp: float | None
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class EventFeed(Protocol):
+    """A scheduler that pushes its changes (Flux's events journal): follow mode
+    runs ``follow_command()`` and turns what ``follow_parse()`` yields into pokes."""
+
+    def follow_command(self, *, since: float | None = None) -> list[str]:
+        """The feed's command; ``since``: replay the events after this time first."""
+        ...
+
+    def follow_parse(self, lines: Iterable[bytes]) -> Iterator[FeedBatch]: ...
+
+
+@runtime_checkable
+class CanonicalIds(Protocol):
+    """A scheduler whose job ids have several spellings (Flux: ``f58``, decimal):
+    pokes go through ``canonical_id`` before a refresh (None: not a job id)."""
+
+    def canonical_id(self, job_id: str) -> str | None: ...
 
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
