@@ -22,9 +22,10 @@ import orjson
 
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import normalise_job
-from jobtap.collector.ship import Shipper, chunked, encode_chunk
+from jobtap.collector.ship import Shipper, chunked
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
+from jobtap.workers.chunk import Chunk
 from jobtap.workers.service import run_worker, tune_gc
 
 SITE = "bench"
@@ -75,12 +76,12 @@ def bench_direct(r, natives, chunk: int, rounds: int) -> list[float]:
     for rnd in range(rounds):
         items = records_for_round(natives, rnd)
         payloads = [
-            encode_chunk(SITE, rnd + 1, "2026-11-21T15:00:00+00:00", "job", part)
+            Chunk(SITE, rnd + 1, "2026-11-21T15:00:00+00:00", "job", list(part)).encode()
             for part in chunked(items, chunk)
         ]
         t0 = time.perf_counter()
         for p in payloads:
-            applier.apply(orjson.loads(p))
+            applier.apply(Chunk.decode(p))
         rates.append(len(items) / (time.perf_counter() - t0))
     return rates
 

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 
 import orjson
 
+from jobtap.workers.chunk import Chunk
+
 SITE = "bench"
 JOBS_PER_SUB = 20
 
@@ -48,9 +50,8 @@ def record(user: int, n: int, comment: str = "") -> dict:
     }  # fmt: skip
 
 
-def chunk(cycle: int, items: list[dict]) -> dict:
-    now = datetime.now(UTC).isoformat()
-    return {"site": SITE, "cycle": cycle, "observed_at": now, "kind": "job", "items": items}
+def chunk(cycle: int, items: list[dict]) -> Chunk:
+    return Chunk(SITE, cycle, datetime.now(UTC).isoformat(), "job", items)
 
 
 def upsert(rec: dict) -> dict:

@@ -45,6 +45,7 @@ def fill(url: str, events: int) -> int:
     import redis
 
     from jobtap.workers.apply import Applier, Settings
+    from jobtap.workers.chunk import Chunk
 
     applier = Applier(redis.Redis.from_url(url), Settings(site_maxlen=events * 2))
     jobs = max(1, events // VERSIONS)
@@ -58,9 +59,7 @@ def fill(url: str, events: int) -> int:
                 for n in range(start, min(jobs, start + 1000))
             ]  # fmt: skip
             now = datetime.now(UTC).isoformat()
-            applier.apply(
-                {"site": SITE, "cycle": cycle, "observed_at": now, "kind": "job", "items": items}
-            )
+            applier.apply(Chunk(SITE, cycle, now, "job", items))
     return jobs * VERSIONS
 
 

@@ -32,9 +32,9 @@ from jobtap.acl import rules as acl
 from jobtap.cli import acl as cli_acl
 from jobtap.cli.acl import acl as acl_cli
 from jobtap.cli.localredis import RedisServer, free_port
-from jobtap.collector.ship import encode_chunk
 from jobtap.keys import SiteKeys, escape_user
 from jobtap.workers.apply import Applier
+from jobtap.workers.chunk import Chunk
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = "hpc1"
@@ -175,7 +175,7 @@ class Writer:
                 "state": record["state"],
                 "record": record,
             }
-            self.applier.apply(orjson.loads(encode_chunk(self.site, self.cycle, at, kind, [item])))
+            self.applier.apply(Chunk(self.site, self.cycle, at, kind, [item]))
 
     def job(self, jid: str, user: str, state: str = "queued", **extra) -> None:
         self._apply("job", job_record(jid, user, state, self.site, **extra))

@@ -6,10 +6,10 @@ import orjson
 import pytest
 from helpers import job_record
 
-from jobtap.collector.ship import encode_chunk
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier
+from jobtap.workers.chunk import Chunk
 
 SITE = "t1"
 K = SiteKeys(SITE)
@@ -20,9 +20,7 @@ def job(jid="1.pbs", user="alice", state="queued", **extra):
 
 
 def chunk(cycle, items, kind="job"):
-    return orjson.loads(
-        encode_chunk(SITE, cycle, f"2026-11-21T15:00:{cycle:02d}+00:00", kind, items)
-    )
+    return Chunk(SITE, cycle, f"2026-11-21T15:00:{cycle:02d}+00:00", kind, items)
 
 
 def up(rec, fp="fp"):

@@ -10,13 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import helpers
-import orjson
 import pytest
 
 import jobtap
-from jobtap.collector.ship import encode_chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
+from jobtap.workers.chunk import Chunk
 
 SITE = "t1"
 K = SiteKeys(SITE)
@@ -44,8 +43,7 @@ class Writer:
         with self.lock:
             self.cycle += 1
             now = datetime.now(UTC).isoformat()
-            chunk = orjson.loads(encode_chunk(self.site, self.cycle, now, kind, items))
-            return self.applier.apply(chunk)
+            return self.applier.apply(Chunk(self.site, self.cycle, now, kind, items))
 
     def job(self, jid: str = "1.pbs", user: str | None = None, **changes: Any) -> dict:
         """Create or change a job; returns the record written."""

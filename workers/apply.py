@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import redis
 
-from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, event_id, object_key
+from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, make_event, object_key
 from jobtap.keys import SiteKeys
 from jobtap.schema import (
     BOOKKEEPING,
@@ -35,6 +35,8 @@ from jobtap.schema import (
     from_hash,
     to_hash,
 )
+
+from .chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
 
 log = logging.getLogger("jobtap.workers")
 
@@ -57,24 +59,25 @@ class ApplyConflict(RuntimeError):
     """Other workers kept changing the same objects; rq retries the chunk."""
 
 
-_config: dict[str, Any] = {"redis": None, "settings": Settings()}
+_applier: Applier | None = None  # one per worker process: one script load, one pool
 
 
-def configure(data_redis: redis.Redis | None, settings: Settings | None = None) -> None:
-    """Set the data Redis and retention for this worker process (see workers.service)."""
-    _config["redis"] = data_redis
-    if settings is not None:
-        _config["settings"] = settings
+def configure(data_redis: redis.Redis, settings: Settings | None = None) -> Applier:
+    """Set up this worker process's :class:`Applier` (see workers/service.py)."""
+    global _applier
+    _applier = Applier(data_redis, settings)
+    return _applier
 
 
 def apply_chunk(payload: bytes) -> dict[str, int]:
-    """rq entry point: apply one chunk; return counts for the rq log."""
-    r = _config["redis"]
-    if r is None:
+    """rq entry point (``chunk.APPLY_FUNC``): apply one chunk; return counts for
+    the rq log.  A process that was not configured applies to rq's connection."""
+    if _applier is None:
         from rq import get_current_connection
 
-        r = get_current_connection()
-    return Applier(r, _config["settings"]).apply(orjson.loads(payload))
+        configure(get_current_connection())
+    assert _applier is not None
+    return _applier.apply(Chunk.decode(payload))
 
 
 class Applier:
@@ -90,7 +93,7 @@ class Applier:
             )
         )
 
-    def apply(self, chunk: dict[str, Any]) -> dict[str, int]:
+    def apply(self, chunk: Chunk) -> dict[str, int]:
         """Apply a chunk as a series of atomic batches of ``settings.batch`` objects.
 
         The stored records of the whole chunk are read in one pipeline first.
@@ -101,16 +104,16 @@ class Applier:
         redone.  A chunk cut short by a crash is finished by its retry (the
         applied batches are then skipped by the cycle check).
         """
-        keys = SiteKeys(chunk["site"])
+        keys = SiteKeys(chunk.site)
         reads = self._read(keys, chunk)
         size = self.settings.batch
         totals = {"events": 0, "skipped": 0}
         conn = self.redis.connection_pool.get_connection()
         clean = False
         try:
-            in_flight: tuple[dict[str, Any], _Plan] | None = None
+            in_flight: tuple[Chunk, _Plan] | None = None
             for i in range(0, len(reads), size):
-                part = dict(chunk, items=[it for it, _, _, _ in reads[i : i + size]])
+                part = chunk.part([it for it, _, _, _ in reads[i : i + size]])
                 plan = self._plan(keys, chunk, reads[i : i + size])
                 if in_flight is not None:
                     self._finish(conn, keys, *in_flight, totals)
@@ -129,7 +132,7 @@ class Applier:
             self.redis.connection_pool.release(conn)
         return totals
 
-    def _send(self, conn, keys: SiteKeys, part: dict[str, Any], plan: _Plan) -> None:
+    def _send(self, conn, keys: SiteKeys, part: Chunk, plan: _Plan) -> None:
         kargs, argv = self._args(keys, part, plan)
         conn.send_command("EVALSHA", self.script.sha, len(kargs), *kargs, *argv)
 
@@ -150,19 +153,19 @@ class Applier:
                     totals["skipped"] += plan.skipped
                     return
             reply = self._run(keys, part, plan)
-        raise ApplyConflict(f"gave up on a {part['kind']} batch of cycle {part['cycle']}")
+        raise ApplyConflict(f"gave up on a {part.kind} batch of cycle {part.cycle}")
 
     # -- reading and diffing -------------------------------------------------------
-    def _read(self, keys: SiteKeys, chunk: dict[str, Any]) -> list[tuple]:
+    def _read(self, keys: SiteKeys, chunk: Chunk) -> list[tuple]:
         """``(item, user, key, stored record)`` for every item of ``chunk``;
         key is None for a vanished job that was never stored."""
-        items, kind = chunk["items"], chunk["kind"]
+        items, kind = chunk.items, chunk.kind
         users: list[str | None] = []
         if kind == JOB:
-            need = [it["id"] for it in items if it["op"] == "vanished"]
+            need = [it["id"] for it in items if it["op"] == VANISHED]
             owners = dict(zip(need, self.reader.hmget(keys.owner, need))) if need else {}
             for it in items:
-                if it["op"] == "vanished":
+                if it["op"] == VANISHED:
                     users.append(owners.get(it["id"]))
                 else:
                     users.append(it["record"].get("user"))
@@ -186,110 +189,70 @@ class Applier:
             for it, user, okey in zip(items, users, object_keys)
         ]
 
-    def _plan(self, keys: SiteKeys, chunk: dict[str, Any], reads: list[tuple]) -> _Plan:
+    def _plan(self, keys: SiteKeys, chunk: Chunk, reads: list[tuple]) -> _Plan:
         plan = _Plan()
         for it, user, okey, stored in reads:
-            if okey is None:  # a vanished job we never stored: nothing to finalise
+            if okey is None or _stale(chunk, it, stored):  # nothing to do for this one
                 plan.skipped += 1
                 continue
-            self._diff(plan, keys, chunk["kind"], chunk, it, user, okey, stored)
+            plan.add(self._diff(keys, chunk, it, user, okey, stored))
         return plan
 
-    def _diff(self, plan, keys, kind, chunk, it, user, okey, stored: dict[str, str]) -> None:
-        cycle, oid, op = int(chunk["cycle"]), it["id"], it["op"]
+    def _diff(
+        self, keys: SiteKeys, chunk: Chunk, it: Item, user: str | None, okey: str, stored: dict
+    ) -> _Item:
+        """What writing ``it`` over ``stored`` takes: the fields, the event, where."""
+        kind, oid, op = chunk.kind, it["id"], it["op"]
+        new, record = _new_record(chunk, it, stored)
+        changes = _changes(stored, new, record) if op != REMOVE else {}
+        expected = stored.get("version", "")
         fp_field = object_key(kind, oid)
         live = it.get("live", True)
-        if stored.get("final") == "1" or (stored and int(stored.get("cycle") or 0) >= cycle):
-            plan.skipped += 1
-            return
-        if op == "remove" and not stored:
-            plan.skipped += 1
-            return
-        index = self._index(keys, kind)
-        if op == "upsert":
-            record = dict(it["record"])
-            new = to_hash(record)
-        else:  # vanished or remove: start from the stored record
-            new = {f: v for f, v in stored.items() if f not in BOOKKEEPING}
-            if op == "vanished":
-                new.update(state=UNKNOWN, reason="vanished", end_time=chunk["observed_at"])
-            record = from_hash(new)
-        changes = _changes(stored, new, record) if op != "remove" else {}
-        expected = stored.get("version", "")
-        if stored and not changes and op != "remove":
+        if stored and not changes and op != REMOVE:
             # Same record (e.g. a restarted collector re-shipping): note the cycle only.
             fp_value = f"{it.get('fp', '')} {new.get('state', '')}" if live else ""
-            fields = {"cycle": str(cycle)}
-            plan.add(_Item("touch", expected, oid, "", "", "", "", b"", fp_field, fp_value,
-                           "0", fields, okey, index, keys.events))  # fmt: skip
-            return
+            return _Item("touch", expected, oid, "", "", "", "", b"", fp_field, fp_value, "0",
+                         {"cycle": str(chunk.cycle)}, okey, self._index(keys, kind),
+                         keys.events)  # fmt: skip
         version = int(expected or 0) + 1
         state = new.get("state", "")
-        final = kind == JOB and (state in TERMINAL or op == "vanished")
-        if op == "remove":
-            etype = REMOVED
-        elif final:
-            etype = FINAL
-        elif not stored:
-            etype = NEW
-        elif "state" in changes:
-            etype = STATE
-        else:
-            etype = UPDATE
-        # Write only what changed (a new object: everything) plus the bookkeeping.
-        if stored and op != "remove":
-            native_changed = any(k.startswith("native") for k in changes)
-            fields = {f: new[f] for f in new if f in changes or (f == "native" and native_changed)}
-        else:
-            fields = new if op != "remove" else {}
-        if op != "remove":
-            fields["version"] = str(version)
-            fields["updated_at"] = chunk["observed_at"]
-            fields["cycle"] = str(cycle)
-            if final:
-                fields["final"] = "1"
+        final = kind == JOB and (state in TERMINAL or op == VANISHED)
+        etype = _event_type(op, final, bool(stored), changes)
+        fields = _fields_to_write(chunk, op, stored, new, changes, version, final)
         record["version"] = version
-        record["updated_at"] = chunk["observed_at"]
-        eid = event_id(keys.site, kind, oid, version)
-        event = {
-            "id": eid,
-            "site": keys.site,
-            "kind": kind,
-            "type": etype,
-            "object_id": oid,
-            "user": user,
-            "version": version,
-            "observed_at": chunk["observed_at"],
-            "changes": changes,
-            "record": record,
-        }
+        record["updated_at"] = chunk.observed_at
+        event = make_event(
+            site=keys.site, kind=kind, type=etype, object_id=oid, user=user, version=version,
+            observed_at=chunk.observed_at, changes=changes, record=record,
+        )  # fmt: skip
         if kind == JOB:
+            assert user is not None
             channel, index = keys.user_channel(user), keys.user_jobs(user)
             stream = keys.user_events(user)
         else:
-            channel, stream = keys.nodes_channel, keys.events
-        fp_value = f"{it.get('fp', '')} {state}" if (live and op == "upsert") else ""
-        plan.add(_Item("remove" if op == "remove" else "apply", expected, oid, user or "", channel,
-                       eid, etype, orjson.dumps(event), fp_field, fp_value, "1" if final else "0",
-                       fields, okey, index, stream))  # fmt: skip
+            channel, index, stream = keys.nodes_channel, self._index(keys, kind), keys.events
+        fp_value = f"{it.get('fp', '')} {state}" if (live and op == UPSERT) else ""
+        return _Item("remove" if op == REMOVE else "apply", expected, oid, user or "", channel,
+                     event["id"], etype, orjson.dumps(event), fp_field, fp_value,
+                     "1" if final else "0", fields, okey, index, stream)  # fmt: skip
 
     @staticmethod
     def _index(keys: SiteKeys, kind: str) -> str:
         return keys.node_index if kind == NODE else keys.queue_index
 
     # -- writing -----------------------------------------------------------------------
-    def _run(self, keys: SiteKeys, chunk: dict[str, Any], plan: _Plan) -> list:
+    def _run(self, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> list:
         """Run one batch's script and wait for its reply."""
         kargs, argv = self._args(keys, chunk, plan)
         return self.script(keys=kargs, args=argv)
 
-    def _args(self, keys: SiteKeys, chunk: dict[str, Any], plan: _Plan) -> tuple[list, list]:
+    def _args(self, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> tuple[list, list]:
         s = self.settings
         now_ms = int(time.time() * 1000)
         min_id = f"{now_ms - s.max_age * 1000}-0" if s.max_age else ""
         kargs = [keys.events, keys.owner, keys.fingerprints, keys.expiry]
         argv: list[Any] = [
-            chunk["cycle"],
+            chunk.cycle,
             now_ms,
             s.site_maxlen,
             s.user_maxlen,
@@ -348,6 +311,61 @@ class _Plan:
 
 
 _MISSING = object()
+
+
+def _stale(chunk: Chunk, it: Item, stored: dict[str, str]) -> bool:
+    """Whether ``it`` must not be applied: the job's final went out, the stored
+    record is from this cycle or a later one, or it removes what is not there."""
+    if stored.get("final") == "1" or (stored and int(stored.get("cycle") or 0) >= chunk.cycle):
+        return True
+    return it["op"] == REMOVE and not stored
+
+
+def _new_record(chunk: Chunk, it: Item, stored: dict[str, str]) -> tuple[dict, dict]:
+    """The new record as a hash and as values.  An upsert brings it; a vanished
+    job or a removed node starts from the stored one."""
+    if it["op"] == UPSERT:
+        record = dict(it["record"])
+        return to_hash(record), record
+    new = {f: v for f, v in stored.items() if f not in BOOKKEEPING}
+    if it["op"] == VANISHED:
+        new.update(state=UNKNOWN, reason="vanished", end_time=chunk.observed_at)
+    return new, from_hash(new)
+
+
+def _event_type(op: str, final: bool, stored: bool, changes: dict[str, Any]) -> str:
+    if op == REMOVE:
+        return REMOVED
+    if final:
+        return FINAL
+    if not stored:
+        return NEW
+    return STATE if "state" in changes else UPDATE
+
+
+def _fields_to_write(
+    chunk: Chunk,
+    op: str,
+    stored: dict[str, str],
+    new: dict[str, str],
+    changes: dict[str, Any],
+    version: int,
+    final: bool,
+) -> dict[str, str]:
+    """Only what changed (a new object: everything) plus the bookkeeping."""
+    if op == REMOVE:
+        return {}
+    if stored:
+        native_changed = any(k.startswith("native") for k in changes)
+        fields = {f: new[f] for f in new if f in changes or (f == "native" and native_changed)}
+    else:
+        fields = dict(new)
+    fields["version"] = str(version)
+    fields["updated_at"] = chunk.observed_at
+    fields["cycle"] = str(chunk.cycle)
+    if final:
+        fields["final"] = "1"
+    return fields
 
 
 def _changes(stored: dict[str, str], new: dict[str, str], record: dict[str, Any]) -> dict:
