@@ -6,6 +6,7 @@ import click
 
 from jobtap.connection import safe_url
 from jobtap.keys import SiteKeys
+from jobtap.workers.chunk import PRIORITIES
 
 from .options import connect, redis_option, site_option
 
@@ -30,7 +31,7 @@ def status(redis_url, site, queue_redis, as_json):
             f"no collector has written site {site!r} at {safe_url(redis_url)}"
         )
     info = {"site": site, "meta": meta, "queues": {}, "streams": {}}
-    for prio in ("state", "update"):
+    for prio in PRIORITIES:
         queue = Queue(keys.rq_queue(prio), connection=q)
         info["queues"][queue.name] = {
             "waiting": queue.count,

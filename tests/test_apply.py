@@ -163,3 +163,12 @@ def test_big_chunks_apply_in_one_step(r, n):
     Applier(r).apply(chunk(1, [up(job(jid=f"{i}.pbs")) for i in range(n)]))
     assert r.xlen(K.events) == n
     assert r.scard(K.user_jobs("alice")) == n
+
+
+def test_the_rq_entry_point_named_by_the_contract_is_the_apply_step():
+    from rq.utils import import_attribute
+
+    from jobtap.workers.apply import apply_chunk
+    from jobtap.workers.chunk import APPLY_FUNC
+
+    assert import_attribute(APPLY_FUNC) is apply_chunk

@@ -26,6 +26,7 @@ from rq.executions import Execution
 from jobtap.keys import SiteKeys
 
 from . import apply
+from .chunk import PRIORITIES
 
 log = logging.getLogger("jobtap.workers")
 HOST = socket.gethostname()
@@ -116,7 +117,7 @@ def run_worker(
     keys = SiteKeys(site)
     tune_gc()
     apply.configure(data_redis, settings)
-    queues = [Queue(keys.rq_queue(p), connection=queue_redis) for p in ("state", "update")]
+    queues = [Queue(keys.rq_queue(p), connection=queue_redis) for p in PRIORITIES]
     for q in queues:
         requeue_abandoned(q)
     worker = JobtapWorker(
