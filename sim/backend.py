@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from jobtap.collector.backends.base import Native, Record, StatError
-from jobtap.sim.model import JOB_FAULTS, Simulation
+from jobtap.sim.faults import JOB_FAULTS
+from jobtap.sim.model import Simulation
 
 __all__ = ["SimBackend"]
 

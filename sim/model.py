@@ -68,41 +68,38 @@ from bisect import bisect
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import lru_cache
 from itertools import islice
 from typing import Any
 
 import orjson
 
-from jobtap.schema import (
-    CANCELLED,
-    COMPLETED,
-    EXITING,
-    FAILED,
-    HELD,
-    QUEUED,
-    RUNNING,
-    SUSPENDED,
-    UNKNOWN,
-    WAITING,
+from jobtap.sim.faults import FaultQueue
+from jobtap.sim.pbs import (
+    EXIT_NODE_FAIL,
+    EXIT_QDEL,
+    EXIT_WALLTIME,
+    FAIL_CODES,
+    PBS_VERSION,
+    SERVER,
+    SUB_BEGUN,
+    SUB_EXITING,
+    SUB_FAILED,
+    SUB_FINISHED,
+    SUB_HELD,
+    SUB_QUEUED,
+    SUB_RUNNING,
+    SUB_TERMINATED,
+    SUB_WAITING,
+    hms,
+    pbs_time,
+    ranges,
+    run_time_label,
 )
+from jobtap.sim.render import copy_record
+from jobtap.sim.truth import JobTruth, pbs_state
 
-__all__ = [
-    "DEFAULT_USERS",
-    "FAULT_KINDS",
-    "JOB_FAULTS",
-    "JobTruth",
-    "PBS_VERSION",
-    "SERVER",
-    "START",
-    "Simulation",
-    "pbs_state",
-    "pbs_time",
-]
+__all__ = ["DEFAULT_USERS", "START", "Simulation"]
 
-SERVER = "simhost"
-PBS_VERSION = "23.06.06"
 START = 1795262400.0  # 2026-11-21T12:00:00Z
 DEFAULT_USERS = (
     "alice", "bob", "carol", "dave", "erin", "frank",
@@ -114,40 +111,9 @@ JOB_NAMES = (
     "relax", "bench", "qc_opt", "render", "align", "mcmc",
 )  # fmt: skip
 
-FAULT_KINDS = ("fail", "empty", "short", "history_fail")
-JOB_FAULTS = ("fail", "empty", "short")
-
-# PBS substates (src/include/job.h).
-SUB_QUEUED = 10
-SUB_HELD = 20
-SUB_WAITING = 30
-SUB_RUNNING = 42
-SUB_EXITING = 50
-SUB_BEGUN = 70
-SUB_TERMINATED = 91
-SUB_FINISHED = 92
-SUB_FAILED = 93
-
-EXIT_WALLTIME = -29  # JOB_EXEC_KILL_WALLTIME
-EXIT_QDEL = 271  # 256 + SIGTERM, what qdel of a running job leaves
-EXIT_NODE_FAIL = 265  # 256 + SIGKILL: the job's processes died with their node
-FAIL_CODES = (1, 1, 1, 2, 3, 127, 134, 137, 139, 255)
-
 # Walltime requests (seconds) and their weights.
 WALLTIMES = ((900, 10), (1800, 20), (3600, 30), (7200, 20), (14400, 15), (43200, 5))
 BIG_WALLTIMES = ((3600, 20), (7200, 30), (14400, 30), (43200, 20))
-
-_STATE_OF_LETTER = {
-    "Q": QUEUED,
-    "H": HELD,
-    "W": WAITING,
-    "T": QUEUED,
-    "R": RUNNING,
-    "B": RUNNING,
-    "E": EXITING,
-    "S": SUSPENDED,
-    "U": SUSPENDED,
-}
 
 # Kinds of jobs.
 _REGULAR, _PARENT, _SUB = 0, 1, 2
@@ -204,111 +170,6 @@ _SUBJOB_KEYS = (
     "Mail_Points", "Priority", "qtime", "Rerunable", "Resource_List", "schedselect",
     "Variable_List", "euser", "egroup", "queue_rank", "queue_type", "etime",
 )  # fmt: skip
-_NESTED = ("Resource_List", "resources_used", "Variable_List")
-
-
-# Formatting ----------------------------------------------------------------------------
-@lru_cache(maxsize=16384)
-def pbs_time(t: int) -> str:
-    """Seconds since the epoch as PBS prints times: ``Sat Nov 21 14:40:20 2026``
-    (the server's local time; the simulated server runs in UTC)."""
-    return time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(t))
-
-
-def _run_time_label(t: int) -> str:
-    """The scheduler's short form in comments: ``Sat Nov 21 at 14:40``."""
-    return time.strftime("%a %b %d at %H:%M", time.gmtime(t))
-
-
-def _hms(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def _ranges(indices: Sequence[int], step: int) -> str:
-    """``[2, 3, 4, 7]`` -> ``"2-4,7"`` (PBS's form of array index lists)."""
-    if not indices:
-        return "-"
-    parts = []
-    first = prev = indices[0]
-    for i in indices[1:]:
-        if i == prev + step:
-            prev = i
-            continue
-        parts.append(_one_range(first, prev, step))
-        first = prev = i
-    parts.append(_one_range(first, prev, step))
-    return ",".join(parts)
-
-
-def _one_range(first: int, last: int, step: int) -> str:
-    if first == last:
-        return str(first)
-    return f"{first}-{last}" + (f":{step}" if step != 1 else "")
-
-
-def _copy_record(native: dict[str, Any]) -> dict[str, Any]:
-    """A copy that shares nothing mutable with ``native`` (its only nested
-    values are flat dicts of scalars)."""
-    out = native.copy()
-    for key in _NESTED:
-        value = out.get(key)
-        if value is not None:
-            out[key] = value.copy()
-    return out
-
-
-def pbs_state(native: dict[str, Any]) -> str:
-    """The normalised state of a PBS job record.
-
-    Q -> queued, H -> held, W -> waiting, R and an array parent's B -> running,
-    E -> exiting.  Finished (F, X): substate 91 -> cancelled, 93 -> failed,
-    otherwise Exit_status 0 -> completed, another exit -> failed, no exit ->
-    cancelled.
-    """
-    letter = native.get("job_state")
-    state = _STATE_OF_LETTER.get(letter)  # type: ignore[arg-type]
-    if state is not None:
-        return state
-    if letter not in ("F", "X"):
-        return UNKNOWN
-    substate = native.get("substate")
-    if substate == SUB_TERMINATED:
-        return CANCELLED
-    if substate == SUB_FAILED:
-        return FAILED
-    exit_status = native.get("Exit_status")
-    if exit_status is None:
-        return CANCELLED
-    return COMPLETED if exit_status == 0 else FAILED
-
-
-# Ground truth ----------------------------------------------------------------------------
-@dataclass(slots=True)
-class JobTruth:
-    """What really happened to one job.
-
-    ``transitions`` lists ``(virtual_time, normalised_state)`` each time the
-    state changed, starting with the state at submission.  ``purged`` is true
-    once the server has forgotten the finished job (``history()`` does not
-    return it).  ``tags`` name the notable things that happened to it
-    (``held``, ``released``, ``qdel_queued``, ``qdel_running``, ``walltime``,
-    ``exit_nonzero``, ``node_kill``, ``array``, ``subjob``, ``waiting``,
-    ``never``)."""
-
-    id: str
-    user: str
-    transitions: list[tuple[float, str]]
-    final_state: str | None = None
-    exit_status: int | None = None
-    purged: bool = False
-    array_parent: str | None = None
-    tags: list[str] = field(default_factory=list)
-
-    @property
-    def state(self) -> str:
-        """The current normalised state."""
-        return self.transitions[-1][1]
 
 
 # Internal objects ----------------------------------------------------------------------
@@ -461,7 +322,7 @@ class Simulation:
         self._uncommented: dict[str, _Job] = {}  # pending jobs the scheduler has not judged
         self._history: dict[str, _Job] = {}
         self._history_order: deque[tuple[float, str]] = deque()
-        self._faults: list[list[Any]] = []
+        self._faults = FaultQueue()
         self._sched_pending = False
         self._last_sched = -math.inf
         self._warm = False
@@ -707,7 +568,7 @@ class Simulation:
         resources["nodect"] = nodect
         resources["place"] = "scatter:excl" if nodect > 1 else ("pack" if ncpus == 1 else "free")
         resources["select"] = select
-        resources["walltime"] = _hms(walltime)
+        resources["walltime"] = hms(walltime)
 
         if is_array:
             count = rng.randint(2, 8)
@@ -732,7 +593,7 @@ class Simulation:
         if is_array:
             args.append(f"-J {spec}")
         args.append(f"-l select={select}")
-        args.append(f"-l walltime={_hms(walltime)}")
+        args.append(f"-l walltime={hms(walltime)}")
         exec_at = 0
         if waiting:
             exec_at = (int(now + rng.uniform(300.0, 3600.0)) // 60 + 1) * 60
@@ -1071,7 +932,7 @@ class Simulation:
         job.token += 1
         exec_vnode = "+".join(vnodes)
         t = pbs_time(int(stime))
-        comment = f"Job run at {_run_time_label(int(stime))} on {exec_vnode}"
+        comment = f"Job run at {run_time_label(int(stime))} on {exec_vnode}"
         if job.kind == _SUB:
             job.native = self._instantiate(job)
             native = job.native
@@ -1123,9 +984,9 @@ class Simulation:
         if redraw_walltime:
             native = job.native
             old = native["Resource_List"]["walltime"]
-            native["Resource_List"]["walltime"] = _hms(job.walltime)
+            native["Resource_List"]["walltime"] = hms(job.walltime)
             native["Submit_arguments"] = native["Submit_arguments"].replace(
-                f"walltime={old}", f"walltime={_hms(job.walltime)}"
+                f"walltime={old}", f"walltime={hms(job.walltime)}"
             )
 
     def _backdate(self, job: _Job, ctime: float) -> None:
@@ -1163,11 +1024,11 @@ class Simulation:
         mem = int(job.peak_kb * ramp)
         job.native["resources_used"] = {
             "cpupercent": int(job.eff * 100 * job.ncpus) if elapsed > 0 else 0,
-            "cput": _hms(elapsed * job.eff * job.ncpus),
+            "cput": hms(elapsed * job.eff * job.ncpus),
             "mem": f"{mem}kb",
             "ncpus": job.ncpus,
             "vmem": f"{mem + 10380 if mem else 0}kb",
-            "walltime": _hms(elapsed),
+            "walltime": hms(elapsed),
         }
         self._touch(job)
         self.stats["usage_updates"] += 1
@@ -1284,13 +1145,13 @@ class Simulation:
         native["array_state_count"] = (
             f"Queued:{queued} Running:{running} Exiting:{exiting} Expired:{expired}"
         )
-        native["array_indices_remaining"] = _ranges(remaining, parent.step)
+        native["array_indices_remaining"] = ranges(remaining, parent.step)
         if native["job_state"] == "Q" and (running or exiting or expired) and not parent.deleted:
             t = int(self._now)
             native["job_state"] = "B"
             native["substate"] = SUB_BEGUN
             native["stime"] = pbs_time(t)
-            native["comment"] = f"Job Array Began at {_run_time_label(t)}"
+            native["comment"] = f"Job Array Began at {run_time_label(t)}"
             parent.started = True
         self._touch(parent)
         self._note(parent)
@@ -1425,12 +1286,12 @@ class Simulation:
         """``qstat -t -f``: the live jobs (subjobs included) by id, as fresh
         copies that share nothing with the simulation."""
         with _gc_paused():
-            return {job_id: _copy_record(job.native) for job_id, job in self._live.items()}
+            return {job_id: copy_record(job.native) for job_id, job in self._live.items()}
 
     def live_jobs_by_id(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The live jobs among ``ids``, as fresh copies."""
         live = self._live
-        return {j: _copy_record(live[j].native) for j in ids if j in live}
+        return {j: copy_record(live[j].native) for j in ids if j in live}
 
     def history_jobs(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """``qstat -x -t -f ID...``: the finished jobs the server still
@@ -1439,7 +1300,7 @@ class Simulation:
         for job_id in ids:
             job = self._history.get(job_id)
             if job is not None:
-                out[job_id] = _copy_record(job.native)
+                out[job_id] = copy_record(job.native)
         return out
 
     def qstat_json(self, include_history: bool = False) -> bytes:
@@ -1563,30 +1424,18 @@ class Simulation:
 
     # Faults --------------------------------------------------------------------------
     def fault(self, kind: str, count: int = 1) -> None:
-        """Make the next ``count`` stats misbehave: ``fail`` (the job stat
-        raises StatError), ``empty`` (it returns no job), ``short`` (it returns
-        ~10% of the jobs), ``history_fail`` (the history look-up raises).  The
-        simulation itself, and its ground truth, are unaffected."""
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {kind!r} (choose from {', '.join(FAULT_KINDS)})")
-        if count < 1:
-            raise ValueError("count must be at least 1")
-        self._faults.append([kind, count])
+        """Make the next ``count`` stats misbehave (see :mod:`jobtap.sim.faults`
+        for the kinds).  The simulation itself, and its ground truth, are
+        unaffected."""
+        self._faults.add(kind, count)
 
     @property
     def pending_faults(self) -> list[tuple[str, int]]:
-        return [(kind, count) for kind, count in self._faults]
+        return self._faults.pending
 
     def take_fault(self, kinds: Iterable[str]) -> str | None:
         """Consume one pending fault among ``kinds`` (oldest first)."""
-        wanted = set(kinds)
-        for i, entry in enumerate(self._faults):
-            if entry[0] in wanted:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._faults[i]
-                return entry[0]
-        return None
+        return self._faults.take(kinds)
 
     # Benchmarks ----------------------------------------------------------------------
     def mutate_fraction(
