@@ -71,15 +71,13 @@ from contextlib import contextmanager
 from itertools import islice
 from typing import Any
 
-import orjson
-
+from jobtap.sim import render
 from jobtap.sim.faults import FaultQueue
 from jobtap.sim.pbs import (
     EXIT_NODE_FAIL,
     EXIT_QDEL,
     EXIT_WALLTIME,
     FAIL_CODES,
-    PBS_VERSION,
     SERVER,
     SUB_BEGUN,
     SUB_EXITING,
@@ -95,7 +93,6 @@ from jobtap.sim.pbs import (
     ranges,
     run_time_label,
 )
-from jobtap.sim.render import copy_record
 from jobtap.sim.truth import JobTruth, pbs_state
 
 __all__ = ["DEFAULT_USERS", "START", "Simulation"]
@@ -152,24 +149,6 @@ _C_TOP, _C_CONFLICT, _C_SHORT, _C_NEVER = range(1, 5)
     _EV_OUTAGE,
     _EV_NODE_UP,
 ) = range(13)
-
-# Keys of a parent's record that a not-yet-started subjob does not show.
-_PLACEHOLDER_DROP = frozenset(
-    {
-        "array",
-        "array_state_count",
-        "array_indices_submitted",
-        "array_indices_remaining",
-        "project",
-        "Submit_Host",
-    }
-)
-# Keys a started subjob copies from its parent.
-_SUBJOB_KEYS = (
-    "Job_Name", "Job_Owner", "queue", "server", "ctime", "Join_Path", "Keep_Files",
-    "Mail_Points", "Priority", "qtime", "Rerunable", "Resource_List", "schedselect",
-    "Variable_List", "euser", "egroup", "queue_rank", "queue_type", "etime",
-)  # fmt: skip
 
 
 # Internal objects ----------------------------------------------------------------------
@@ -497,18 +476,7 @@ class Simulation:
         key = (user, queue, host)
         env = self._env_cache.get(key)
         if env is None:
-            env = {
-                "PBS_O_HOME": f"/home/{user}",
-                "PBS_O_LOGNAME": user,
-                "PBS_O_PATH": "/opt/pbs/bin:/usr/local/bin:/usr/bin:/bin",
-                "PBS_O_MAIL": f"/var/mail/{user}",
-                "PBS_O_SHELL": "/bin/bash",
-                "PBS_O_WORKDIR": f"/home/{user}/work",
-                "PBS_O_SYSTEM": "Linux",
-                "PBS_O_QUEUE": queue,
-                "PBS_O_HOST": host,
-            }
-            self._env_cache[key] = env
+            env = self._env_cache[key] = render.environment(user, queue, host)
         return env
 
     def _plan_run(self, job: _Job) -> None:
@@ -1001,20 +969,16 @@ class Simulation:
     def _instantiate(self, sub: _Job) -> dict[str, Any]:
         """A subjob's own record, made when it starts (before, qstat -t shows
         a copy of the parent)."""
-        parent = sub.parent.native
-        native: dict[str, Any] = {key: parent[key] for key in _SUBJOB_KEYS}
-        home = f"/home/{sub.user}/work"
-        name = native["Job_Name"]
-        native["job_state"] = "R"
-        native["substate"] = SUB_RUNNING
-        native["Error_Path"] = f"{sub.submit_host}:{home}/{name}.e{sub.num}.{sub.index}"
-        native["Output_Path"] = f"{sub.submit_host}:{home}/{name}.o{sub.num}.{sub.index}"
-        native["queue_rank"] = int(self._now * 1_000_000) + sub.index
-        native["array_id"] = sub.parent.id
-        native["array_index"] = sub.index
-        native["project"] = "_pbs_project_default"
-        native["Submit_Host"] = sub.submit_host
-        return native
+        parent = sub.parent
+        return render.subjob_record(
+            parent.native,
+            array_id=parent.id,
+            user=sub.user,
+            host=sub.submit_host,
+            num=sub.num,
+            index=sub.index,
+            now=self._now,
+        )
 
     def _update_usage(self, job: _Job) -> None:
         """What the MoM reports: a fresh resources_used (a new dict, so that no
@@ -1022,14 +986,7 @@ class Simulation:
         elapsed = max(0.0, self._now - job.stime)
         ramp = min(1.0, 0.3 + elapsed / 600.0)
         mem = int(job.peak_kb * ramp)
-        job.native["resources_used"] = {
-            "cpupercent": int(job.eff * 100 * job.ncpus) if elapsed > 0 else 0,
-            "cput": hms(elapsed * job.eff * job.ncpus),
-            "mem": f"{mem}kb",
-            "ncpus": job.ncpus,
-            "vmem": f"{mem + 10380 if mem else 0}kb",
-            "walltime": hms(elapsed),
-        }
+        job.native["resources_used"] = render.resources_used(elapsed, job.eff, job.ncpus, mem)
         self._touch(job)
         self.stats["usage_updates"] += 1
 
@@ -1158,9 +1115,7 @@ class Simulation:
 
     def _sync_placeholders(self, parent: _Job) -> None:
         """Not-yet-started subjobs are shown as copies of their parent."""
-        base = {k: v for k, v in parent.native.items() if k not in _PLACEHOLDER_DROP}
-        base["job_state"] = "Q"
-        base["substate"] = SUB_QUEUED
+        base = render.placeholder_record(parent.native)
         for sub in parent.subjobs:
             if not sub.started and not sub.finished:
                 sub.native = base.copy()
@@ -1286,12 +1241,12 @@ class Simulation:
         """``qstat -t -f``: the live jobs (subjobs included) by id, as fresh
         copies that share nothing with the simulation."""
         with _gc_paused():
-            return {job_id: copy_record(job.native) for job_id, job in self._live.items()}
+            return {job_id: render.copy_record(job.native) for job_id, job in self._live.items()}
 
     def live_jobs_by_id(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The live jobs among ``ids``, as fresh copies."""
         live = self._live
-        return {j: copy_record(live[j].native) for j in ids if j in live}
+        return {j: render.copy_record(live[j].native) for j in ids if j in live}
 
     def history_jobs(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """``qstat -x -t -f ID...``: the finished jobs the server still
@@ -1300,7 +1255,7 @@ class Simulation:
         for job_id in ids:
             job = self._history.get(job_id)
             if job is not None:
-                out[job_id] = copy_record(job.native)
+                out[job_id] = render.copy_record(job.native)
         return out
 
     def qstat_json(self, include_history: bool = False) -> bytes:
@@ -1310,117 +1265,36 @@ class Simulation:
             jobs = sorted([*self._live.values(), *self._history.values()], key=_order)
         else:
             jobs = list(self._live.values())
-        doc: dict[str, Any] = {
-            "timestamp": int(self._now),
-            "pbs_version": PBS_VERSION,
-            "pbs_server": self.server,
-        }
-        if jobs:  # qstat prints no "Jobs" at all when there is none
-            doc["Jobs"] = {job.id: job.native for job in jobs}
-        return orjson.dumps(doc)
+        return render.qstat_document(self._now, self.server, {job.id: job.native for job in jobs})
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         """``pbsnodes -av``: every node by name (fresh dicts)."""
-        out = {}
-        for node in self._nodes:
-            native: dict[str, Any] = {
-                "Mom": node.name,
-                "Port": 15002,
-                "pbs_version": PBS_VERSION,
-                "ntype": "PBS",
-                "state": node.state,
-                "pcpus": node.ncpus,
-            }
-            if node.jobs:
-                native["jobs"] = list(node.jobs)
-            native["resources_available"] = {
-                "arch": "linux",
-                "host": node.name,
-                "mem": f"{node.mem_kb}kb",
-                "ncpus": node.ncpus,
-                "vnode": node.name,
-            }
-            assigned: dict[str, Any] = {}
-            if node.jobs:
-                if node.mem_used_kb:
-                    assigned["mem"] = f"{node.mem_used_kb}kb"
-                assigned["ncpus"] = node.ncpus - node.free
-            native["resources_assigned"] = assigned
-            if node.comment is not None:
-                native["comment"] = node.comment
-            native["resv_enable"] = "True"
-            native["sharing"] = "default_shared"
-            native["license"] = "l"
-            native["last_state_change_time"] = node.last_change
-            if node.last_used:
-                native["last_used_time"] = node.last_used
-            out[node.name] = native
-        return out
+        return {node.name: render.node_record(node) for node in self._nodes}
 
     def queues(self) -> dict[str, dict[str, Any]]:
         """``qstat -Q -f``: workq and bigq with their job counts (fresh dicts)."""
-        counts = {
-            q: {
-                "Transit": 0,
-                "Queued": 0,
-                "Held": 0,
-                "Waiting": 0,
-                "Running": 0,
-                "Exiting": 0,
-                "Begun": 0,
-            }
-            for q in ("workq", "bigq")
-        }
+        counts = {q: render.new_state_count() for q in ("workq", "bigq")}
         assigned = {q: [0, 0] for q in counts}
-        names = {
-            "Q": "Queued",
-            "H": "Held",
-            "W": "Waiting",
-            "R": "Running",
-            "E": "Exiting",
-            "B": "Begun",
-        }
         for job in self._live.values():
             if job.kind == _SUB and not job.started:
                 continue  # not instantiated yet: PBS does not count it
             state = job.native["job_state"]
-            counts[job.queue][names.get(state, "Transit")] += 1
+            counts[job.queue][render.STATE_COUNT_KEY.get(state, "Transit")] += 1
             if job.alloc and state in ("R", "E"):
                 assigned[job.queue][0] += job.ncpus
                 assigned[job.queue][1] += job.nodect
-        out = {}
-        for name, c in counts.items():
-            native: dict[str, Any] = {"queue_type": "Execution", "total_jobs": sum(c.values())}
-            native["state_count"] = "".join(f"{k}:{v} " for k, v in c.items())
-            if name == "bigq":
-                native["resources_max"] = {"walltime": "12:00:00"}
-                native["resources_min"] = {"nodect": 2}
-            else:
-                native["resources_max"] = {"ncpus": self.cpus_per_node * 2}
-            native["resources_default"] = {"walltime": "01:00:00"}
-            native["resources_assigned"] = {"ncpus": assigned[name][0], "nodect": assigned[name][1]}
-            native["enabled"] = "True"
-            native["started"] = "True"
-            out[name] = native
-        return out
-
-    def _document(self, section: str, body: dict[str, Any]) -> bytes:
-        return orjson.dumps(
-            {
-                "timestamp": int(self._now),
-                "pbs_version": PBS_VERSION,
-                "pbs_server": self.server,
-                section: body,
-            }
-        )
+        return {
+            name: render.queue_record(name, c, *assigned[name], self.cpus_per_node)
+            for name, c in counts.items()
+        }
 
     def pbsnodes_json(self) -> bytes:
         """The whole document ``pbsnodes -av -F json`` prints."""
-        return self._document("nodes", self.nodes())
+        return render.document(self._now, self.server, "nodes", self.nodes())
 
     def qstat_queues_json(self) -> bytes:
         """The whole document ``qstat -Q -f -F json`` prints."""
-        return self._document("Queue", self.queues())
+        return render.document(self._now, self.server, "Queue", self.queues())
 
     # Faults --------------------------------------------------------------------------
     def fault(self, kind: str, count: int = 1) -> None:
