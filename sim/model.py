@@ -63,7 +63,6 @@ import gc
 import heapq
 import math
 import random
-import time
 from bisect import bisect
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -87,7 +86,6 @@ from jobtap.sim.pbs import (
     SUB_QUEUED,
     SUB_RUNNING,
     SUB_TERMINATED,
-    SUB_WAITING,
     hms,
     pbs_time,
     ranges,
@@ -470,6 +468,164 @@ class Simulation:
         return self._now + self.usage_interval * self.rng.uniform(1.0, 1.2)
 
     # Submission ----------------------------------------------------------------------
+    # One qsub draws from the seeded stream in this order: the request
+    # (_draw_qsub), then the fate of each record it makes (_plan_run), then
+    # what its user will do to it later (_queue_job, _queue_array).
+    def _submit(self, *, warm: bool = False, room: int | None = None) -> None:
+        """One ``qsub``: a job, or a job array and its subjobs (an array takes
+        at most ``room`` records).  ``warm`` backdates it (warm start)."""
+        qsub = self._draw_qsub(warm, room)
+        job = self._new_job(qsub)
+        if qsub.is_array:
+            self._queue_array(job, qsub)
+        else:
+            self._queue_job(job, qsub)
+
+    def _draw_qsub(self, warm: bool, room: int | None) -> render.Qsub:
+        """Draw what a user asks for: who, when, the job's shape, its options,
+        an array's indices and a waiting job's ``-a`` time."""
+        rng = self.rng
+        user = _pick(rng, self.users, self._user_cum)
+        num = self._next_num
+        self._next_num += 1
+        ctime = self._now - rng.uniform(0.0, 8 * 3600.0) if warm else self._now
+        is_array = rng.random() < self.p_array and (room is None or room >= 3)
+        never = not is_array and rng.random() < self.p_never
+        ncpus, nodect, walltime, mem_gb = self._draw_shape(never)
+        name = rng.choice(JOB_NAMES)
+        priority = rng.choice((10, 50, 100, -10)) if rng.random() < 0.1 else 0
+        account = f"proj-{self._group[user]}" if rng.random() < 0.3 else None
+        held = not is_array and rng.random() < self.p_submit_held
+        waiting = not is_array and not held and rng.random() < self.p_wait
+        indices = self._draw_indices(room) if is_array else []
+        exec_at = self._draw_exec_at() if waiting else 0
+        return render.Qsub(
+            num=num,
+            user=user,
+            group=self._group[user],
+            host=self.server,  # jobs are submitted on the server host, as in the fixtures
+            ctime=ctime,
+            name=name,
+            queue="bigq" if nodect > 1 else "workq",
+            ncpus=ncpus,
+            nodect=nodect,
+            walltime=walltime,
+            mem_gb=mem_gb,
+            priority=priority,
+            account=account,
+            held=held,
+            waiting=waiting,
+            never=never,
+            indices=indices,
+            exec_at=exec_at,
+        )
+
+    def _draw_shape(self, never: bool) -> tuple[int, int, int, int]:
+        """``(ncpus, nodect, walltime, mem_gb)``: the resources a job asks for
+        (mem_gb 0: no memory request).  A job that can ``never`` run asks for
+        more cpus than a node has."""
+        rng = self.rng
+        if never:
+            ncpus, nodect = 2 * self.cpus_per_node, 1
+        else:
+            ncpus, nodect = _pick(rng, self._shapes, self._shape_cum)
+        walltime = self._draw_walltime(rng, nodect)
+        chunk = ncpus // nodect
+        mem_gb = (
+            min(chunk * rng.choice((1, 2, 4)), self.mem_per_node_gb) if rng.random() < 0.4 else 0
+        )
+        return ncpus, nodect, walltime, mem_gb
+
+    def _draw_indices(self, room: int | None) -> list[int]:
+        """An array's subjob indices: 2-8 of them (fewer than ``room``),
+        ``1-N`` or, one time in five, ``0-M:5``."""
+        rng = self.rng
+        count = rng.randint(2, 8)
+        if room is not None:
+            count = min(count, room - 1)
+        step, first = (5, 0) if rng.random() < 0.2 else (1, 1)
+        return [first + i * step for i in range(count)]
+
+    def _draw_exec_at(self) -> int:
+        """``qsub -a``: a time 5 to 60 minutes ahead, on the minute."""
+        return (int(self._now + self.rng.uniform(300.0, 3600.0)) // 60 + 1) * 60
+
+    def _new_job(self, q: render.Qsub) -> _Job:
+        """The job (or array parent) a qsub makes, with its record, registered."""
+        job_id = f"{q.num}[].{self.server}" if q.is_array else f"{q.num}.{self.server}"
+        variables = self._environment(q.user, q.queue, q.host)
+        job = _Job(job_id, q.num, (q.num, -1), _PARENT if q.is_array else _REGULAR, q.user)
+        job.queue = q.queue
+        job.native = render.job_record(q, self.server, variables)
+        job.ctime = q.ctime
+        job.ncpus = q.ncpus
+        job.nodect = q.nodect
+        job.chunk_mem_kb = q.mem_gb * 1024 * 1024
+        job.walltime = q.walltime
+        job.never = q.never
+        job.submit_host = q.host
+        job.step = q.step
+        self._register(job, [])
+        self.stats["submitted"] += 1
+        return job
+
+    def _queue_job(self, job: _Job, q: render.Qsub) -> None:
+        """Plan a job's run and put it where its options say (held, waiting or
+        queued), with what its user will do to it later: release or delete a
+        held job, hold or delete a queued one."""
+        rng = self.rng
+        now = self._now
+        self._plan_run(job)
+        if q.never:
+            job.truth.tags.append("never")
+            self._push(now + rng.uniform(600.0, 3600.0), _EV_DELETE_PENDING, job, 0)
+        if q.held:
+            job.truth.tags.append("held")
+            self.stats["held"] += 1
+            self._plan_after_hold(job)
+        elif q.waiting:
+            job.truth.tags.append("waiting")
+            self._push(float(q.exec_at), _EV_ELIGIBLE, job, 0)
+        else:
+            self._enqueue(job)
+            if rng.random() < self.p_hold:
+                self._push(now + rng.uniform(30.0, 3600.0), _EV_HOLD, job, 0)
+        if not q.never and rng.random() < self.p_qdel_queued:
+            self._push(now + rng.uniform(60.0, 3 * 3600.0), _EV_DELETE_PENDING, job, 0)
+
+    def _queue_array(self, parent: _Job, q: render.Qsub) -> None:
+        """Make an array's subjobs, each with its own planned run, and queue
+        them; one array in twenty is deleted (``qdel N[]``) later."""
+        rng = self.rng
+        self.stats["arrays"] += 1
+        parent.truth.tags.append("array")
+        for index in q.indices:
+            parent.subjobs.append(self._new_subjob(parent, index))
+        self._update_parent(parent)
+        for sub in parent.subjobs:
+            self._register(sub, ["subjob"])
+            sub.truth.array_parent = parent.id
+            self._enqueue(sub)
+        if rng.random() < 0.05:
+            self._push(self._now + rng.uniform(300.0, 3 * 3600.0), _EV_DELETE_ARRAY, parent, 0)
+
+    def _new_subjob(self, parent: _Job, index: int) -> _Job:
+        """Subjob ``index`` of an array, its run planned (not registered yet:
+        its parent's counts come first)."""
+        num = parent.num
+        sub = _Job(f"{num}[{index}].{self.server}", num, (num, index), _SUB, parent.user)
+        sub.queue = parent.queue
+        sub.parent = parent
+        sub.index = index
+        sub.ctime = parent.ctime
+        sub.ncpus = parent.ncpus
+        sub.nodect = parent.nodect
+        sub.chunk_mem_kb = parent.chunk_mem_kb
+        sub.walltime = parent.walltime
+        sub.submit_host = parent.submit_host
+        self._plan_run(sub)
+        return sub
+
     def _environment(self, user: str, queue: str, host: str) -> dict[str, str]:
         """Variable_List, shared by the internal records of one user, queue and
         submit host: it never changes, and every rendering copies it."""
@@ -499,181 +655,6 @@ class Simulation:
             job.peak_kb = int(job.chunk_mem_kb * job.nodect * rng.uniform(0.2, 0.95))
         else:
             job.peak_kb = int(job.ncpus * rng.uniform(50_000, 2_000_000))
-
-    def _submit(self, *, warm: bool = False, room: int | None = None) -> None:
-        """One ``qsub``: a job, or a job array and its subjobs (an array takes
-        at most ``room`` records)."""
-        rng = self.rng
-        now = self._now
-        user = _pick(rng, self.users, self._user_cum)
-        num = self._next_num
-        self._next_num += 1
-        ctime = now - rng.uniform(0.0, 8 * 3600.0) if warm else now
-        is_array = rng.random() < self.p_array and (room is None or room >= 3)
-        never = not is_array and rng.random() < self.p_never
-        if never:
-            ncpus, nodect = 2 * self.cpus_per_node, 1
-        else:
-            ncpus, nodect = _pick(rng, self._shapes, self._shape_cum)
-        queue = "bigq" if nodect > 1 else "workq"
-        walltime = self._draw_walltime(rng, nodect)
-        chunk = ncpus // nodect
-        mem_gb = (
-            min(chunk * rng.choice((1, 2, 4)), self.mem_per_node_gb) if rng.random() < 0.4 else 0
-        )
-        name = rng.choice(JOB_NAMES)
-        host = self.server  # jobs are submitted on the server host, as in the fixtures
-        priority = rng.choice((10, 50, 100, -10)) if rng.random() < 0.1 else 0
-        account = f"proj-{self._group[user]}" if rng.random() < 0.3 else None
-        held = not is_array and rng.random() < self.p_submit_held
-        waiting = not is_array and not held and rng.random() < self.p_wait
-
-        select = f"{nodect}:ncpus={chunk}" + (f":mem={mem_gb}gb" if mem_gb else "")
-        resources: dict[str, Any] = {}
-        if mem_gb:
-            resources["mem"] = f"{mem_gb * nodect}gb"
-        resources["ncpus"] = ncpus
-        resources["nodect"] = nodect
-        resources["place"] = "scatter:excl" if nodect > 1 else ("pack" if ncpus == 1 else "free")
-        resources["select"] = select
-        resources["walltime"] = hms(walltime)
-
-        if is_array:
-            count = rng.randint(2, 8)
-            if room is not None:
-                count = min(count, room - 1)
-            step, first = (5, 0) if rng.random() < 0.2 else (1, 1)
-            indices = [first + i * step for i in range(count)]
-            spec = f"{indices[0]}-{indices[-1]}" + (f":{step}" if step != 1 else "")
-            job_id = f"{num}[].{self.server}"
-        else:
-            indices = []
-            spec = ""
-            job_id = f"{num}.{self.server}"
-
-        args = [f"-N {name}"]
-        if held:
-            args.insert(0, "-h")
-        if account:
-            args.append(f"-A {account}")
-        if priority:
-            args.append(f"-p {priority}")
-        if is_array:
-            args.append(f"-J {spec}")
-        args.append(f"-l select={select}")
-        args.append(f"-l walltime={hms(walltime)}")
-        exec_at = 0
-        if waiting:
-            exec_at = (int(now + rng.uniform(300.0, 3600.0)) // 60 + 1) * 60
-            args.append("-a " + time.strftime("%H%M", time.gmtime(exec_at)))
-
-        t = pbs_time(int(ctime))
-        home = f"/home/{user}/work"
-        suffix = f"{num}.^array_index^" if is_array else str(num)
-        native: dict[str, Any] = {
-            "Job_Name": name,
-            "Job_Owner": f"{user}@{host}",
-            "job_state": "H" if held else "W" if waiting else "Q",
-            "queue": queue,
-            "server": self.server,
-        }
-        if account:
-            native["Account_Name"] = account
-        native.update(
-            {
-                "Checkpoint": "u",
-                "ctime": t,
-                "Error_Path": f"{host}:{home}/{name}.e{suffix}",
-            }
-        )
-        if waiting:
-            native["Execution_Time"] = pbs_time(exec_at)
-        native.update(
-            {
-                "Hold_Types": "u" if held else "n",
-                "Join_Path": "n",
-                "Keep_Files": "n",
-                "Mail_Points": "a",
-                "mtime": t,
-                "Output_Path": f"{host}:{home}/{name}.o{suffix}",
-                "Priority": priority,
-                "qtime": t,
-                "Rerunable": "True",
-                "Resource_List": resources,
-                "schedselect": select,
-                "substate": SUB_HELD if held else SUB_WAITING if waiting else SUB_QUEUED,
-                "Variable_List": self._environment(user, queue, host),
-                "euser": user,
-                "egroup": self._group[user],
-                "queue_rank": int(ctime * 1_000_000) + num % 1_000_000,
-                "queue_type": "E",
-                "etime": t,
-                "Submit_arguments": " ".join(args),
-            }
-        )
-        if is_array:
-            native["array"] = "True"
-            native["array_indices_submitted"] = spec
-        native["project"] = "_pbs_project_default"
-        native["Submit_Host"] = host
-
-        kind = _PARENT if is_array else _REGULAR
-        job = _Job(job_id, num, (num, -1), kind, user)
-        job.queue = queue
-        job.native = native
-        job.ctime = ctime
-        job.ncpus = ncpus
-        job.nodect = nodect
-        job.chunk_mem_kb = mem_gb * 1024 * 1024
-        job.walltime = walltime
-        job.never = never
-        job.submit_host = host
-        job.step = indices[1] - indices[0] if is_array else 1
-        self._register(job, [])
-        self.stats["submitted"] += 1
-
-        if is_array:
-            self.stats["arrays"] += 1
-            job.truth.tags.append("array")
-            for index in indices:
-                sub = _Job(f"{num}[{index}].{self.server}", num, (num, index), _SUB, user)
-                sub.queue = queue
-                sub.parent = job
-                sub.index = index
-                sub.ctime = ctime
-                sub.ncpus = ncpus
-                sub.nodect = nodect
-                sub.chunk_mem_kb = job.chunk_mem_kb
-                sub.walltime = walltime
-                sub.submit_host = host
-                self._plan_run(sub)
-                job.subjobs.append(sub)
-            self._update_parent(job)
-            for sub in job.subjobs:
-                self._register(sub, ["subjob"])
-                sub.truth.array_parent = job.id
-                self._enqueue(sub)
-            if rng.random() < 0.05:
-                self._push(now + rng.uniform(300.0, 3 * 3600.0), _EV_DELETE_ARRAY, job, 0)
-            return
-
-        self._plan_run(job)
-        if never:
-            job.truth.tags.append("never")
-            self._push(now + rng.uniform(600.0, 3600.0), _EV_DELETE_PENDING, job, 0)
-        if held:
-            job.truth.tags.append("held")
-            self.stats["held"] += 1
-            self._plan_after_hold(job)
-        elif waiting:
-            job.truth.tags.append("waiting")
-            self._push(float(exec_at), _EV_ELIGIBLE, job, 0)
-        else:
-            self._enqueue(job)
-            if rng.random() < self.p_hold:
-                self._push(now + rng.uniform(30.0, 3600.0), _EV_HOLD, job, 0)
-        if not never and rng.random() < self.p_qdel_queued:
-            self._push(now + rng.uniform(60.0, 3 * 3600.0), _EV_DELETE_PENDING, job, 0)
 
     def _register(self, job: _Job, tags: list[str]) -> None:
         truth = JobTruth(job.id, job.user, [(self._now, pbs_state(job.native))], tags=tags)
