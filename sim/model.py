@@ -304,6 +304,19 @@ class Simulation:
         self._last_sched = -math.inf
         self._warm = False
 
+        self._init_job_mix(nodes)
+        self._init_nodes(nodes)
+        self.arrival_rate = arrival_rate if arrival_rate is not None else self._sustainable_rate()
+
+        self._warm_start(initial_jobs)
+        if self.arrival_rate > 0:
+            self._push(self._now + self._arrival_gap(), _EV_ARRIVAL, None, 0)
+        if node_mtbf > 0:
+            self._push(self._now + self._outage_gap(), _EV_OUTAGE, None, 0)
+
+    def _init_job_mix(self, nodes: int) -> None:
+        """The tables the submissions draw from: users, job shapes, walltimes."""
+        cpn = self.cpus_per_node
         # Users: a few heavy, many light (Zipf-like weights), each in a group.
         weights = [1.0 / (i + 1) ** 0.8 for i in range(len(self.users))]
         self._user_cum = list(_cumulate(weights))
@@ -312,10 +325,10 @@ class Simulation:
 
         # Job shapes: (ncpus, nodect, weight).  Whole-node multi-node jobs need
         # enough nodes to be worth it.
-        shapes = [(n, 1, w) for n, w in ((1, 30), (2, 12), (4, 18), (8, 14)) if n < cpus_per_node]
-        shapes.append((cpus_per_node, 1, 10))
+        shapes = [(n, 1, w) for n, w in ((1, 30), (2, 12), (4, 18), (8, 14)) if n < cpn]
+        shapes.append((cpn, 1, 10))
         if nodes >= 8:
-            shapes += [(2 * cpus_per_node, 2, 5), (4 * cpus_per_node, 4, 2)]
+            shapes += [(2 * cpn, 2, 5), (4 * cpn, 4, 2)]
         self._shapes = [(n, k) for n, k, _ in shapes]
         self._shape_cum = list(_cumulate([w for *_, w in shapes]))
         self._wall_cum = list(_cumulate([w for _, w in WALLTIMES]))
@@ -323,22 +336,24 @@ class Simulation:
         self._wall_biased_cum = list(_cumulate([t * w for t, w in WALLTIMES]))
         self._bigwall_biased_cum = list(_cumulate([t * w for t, w in BIG_WALLTIMES]))
 
+    def _init_nodes(self, nodes: int) -> None:
+        """The nodes, all up and free, and the index of free cpus."""
         width = max(3, len(str(nodes)))
         t0 = int(self._now)
         self._nodes = [
-            _Node(f"node{i + 1:0{width}d}", i, cpus_per_node, self.mem_per_node_kb, t0)
+            _Node(f"node{i + 1:0{width}d}", i, self.cpus_per_node, self.mem_per_node_kb, t0)
             for i in range(nodes)
         ]
-        self.total_cpus = nodes * cpus_per_node
+        self.total_cpus = nodes * self.cpus_per_node
         # Up nodes by number of free cpus; dicts keep a deterministic order.
-        self._buckets: list[dict[int, None]] = [{} for _ in range(cpus_per_node + 1)]
+        self._buckets: list[dict[int, None]] = [{} for _ in range(self.cpus_per_node + 1)]
         for node in self._nodes:
             self._buckets[node.free][node.idx] = None
         self._free_total = self.total_cpus
 
-        self.arrival_rate = arrival_rate if arrival_rate is not None else self._sustainable_rate()
-
-        # Warm start: a cluster that has been busy for hours.
+    def _warm_start(self, initial_jobs: int) -> None:
+        """A cluster that has been busy for hours: ``initial_jobs`` records
+        submitted over the past hours, then one scheduling cycle."""
         self._warm = True
         with _gc_paused():
             while len(self._live) < initial_jobs:
@@ -346,10 +361,6 @@ class Simulation:
             self._schedule()
         self._warm = False
         self._sched_pending = False
-        if self.arrival_rate > 0:
-            self._push(self._now + self._arrival_gap(), _EV_ARRIVAL, None, 0)
-        if node_mtbf > 0:
-            self._push(self._now + self._outage_gap(), _EV_OUTAGE, None, 0)
 
     @classmethod
     def bench(cls, jobs: int = 100_000, nodes: int | None = None, **options: Any) -> Simulation:
@@ -851,16 +862,38 @@ class Simulation:
             node.last_change = int(self._now)
 
     def _start(self, job: _Job, alloc: list[tuple[int, int]]) -> None:
-        rng = self.rng
+        """Q -> R on the cpus of ``alloc`` (``(node index, ncpus)`` pairs); on a
+        warm start, part-way through its run."""
         now = self._now
-        elapsed = 0.0
-        if self._warm:
-            self._length_bias(job)
-            elapsed = rng.random() * job.runtime * 0.999
-            if job.kind != _SUB:
-                self._backdate(job, now - elapsed - rng.uniform(0.0, 7200.0))
+        elapsed = self._warm_elapsed(job) if self._warm else 0.0
         stime = now - elapsed
         self._unqueue(job)
+        exec_host, exec_vnode = self._allocate(job, alloc)
+        job.alloc = alloc
+        job.stime = stime
+        job.started = True
+        job.token += 1
+        self._run_record(job, exec_host, exec_vnode)
+        self._update_usage(job)
+        self._note(job)
+        self.stats["started"] += 1
+        self._plan_running(job)
+        if job.parent is not None:
+            self._update_parent(job.parent)
+
+    def _warm_elapsed(self, job: _Job) -> float:
+        """Warm start: how long a job found running has run (a length-biased
+        run, see :meth:`_length_bias`); it was submitted before it started."""
+        rng = self.rng
+        self._length_bias(job)
+        elapsed = rng.random() * job.runtime * 0.999
+        if job.kind != _SUB:
+            self._backdate(job, self._now - elapsed - rng.uniform(0.0, 7200.0))
+        return elapsed
+
+    def _allocate(self, job: _Job, alloc: list[tuple[int, int]]) -> tuple[str, str]:
+        """Take the job's cpus (and memory) on its nodes; returns its
+        ``exec_host`` and ``exec_vnode``."""
         chunk_mem = job.chunk_mem_kb
         hosts = []
         vnodes = []
@@ -873,15 +906,13 @@ class Simulation:
             )
             node.jobs[job.id] = n
             node.mem_used_kb += chunk_mem
-            node.last_used = int(now)
+            node.last_used = int(self._now)
             self._set_free(node, node.free - n)
-        job.alloc = alloc
-        job.stime = stime
-        job.started = True
-        job.token += 1
-        exec_vnode = "+".join(vnodes)
-        t = pbs_time(int(stime))
-        comment = f"Job run at {run_time_label(int(stime))} on {exec_vnode}"
+        return "+".join(hosts), "+".join(vnodes)
+
+    def _run_record(self, job: _Job, exec_host: str, exec_vnode: str) -> None:
+        """The record of a job that has just started (a subjob gets its own)."""
+        stime = job.stime
         if job.kind == _SUB:
             job.native = self._instantiate(job)
             native = job.native
@@ -889,18 +920,22 @@ class Simulation:
             native = job.native
             native["job_state"] = "R"
             native["substate"] = SUB_RUNNING
-        native["exec_host"] = "+".join(hosts)
+        native["exec_host"] = exec_host
         native["exec_vnode"] = exec_vnode
-        native["stime"] = t
-        native["session_id"] = rng.randint(2000, 999_999)
+        native["stime"] = pbs_time(int(stime))
+        native["session_id"] = self.rng.randint(2000, 999_999)
         native["jobdir"] = f"/home/{job.user}"
         native["hashname"] = job.id
-        native["comment"] = comment
+        native["comment"] = f"Job run at {run_time_label(int(stime))} on {exec_vnode}"
         native["run_count"] = 1
         native["run_version"] = 1
-        self._update_usage(job)
-        self._note(job)
-        self.stats["started"] += 1
+
+    def _plan_running(self, job: _Job) -> None:
+        """The events of a running job: its end, its usage reports and, for
+        some, a ``qdel`` before the end."""
+        rng = self.rng
+        now = self._now
+        stime = job.stime
         token = job.token
         self._push(max(stime + job.runtime, now + 1.0), _EV_END, job, token)
         self._push(now + self.usage_interval * rng.random(), _EV_USAGE, job, token)
@@ -908,8 +943,6 @@ class Simulation:
             at = stime + job.runtime * rng.uniform(0.05, 0.8)
             if at > now:
                 self._push(at, _EV_DELETE_RUNNING, job, token)
-        if job.parent is not None:
-            self._update_parent(job.parent)
 
     def _length_bias(self, job: _Job) -> None:
         """The jobs found running at any instant are a length-biased sample:
@@ -1005,6 +1038,30 @@ class Simulation:
 
     def _finish(self, job: _Job) -> None:
         """The job leaves the live list: F in history (or purged)."""
+        self._final_record(job)
+        job.finished = True
+        job.token += 1
+        self._touch(job)
+        self._note(job)
+        truth = job.truth
+        truth.final_state = pbs_state(job.native)
+        truth.exit_status = job.native.get("Exit_status")
+        self._count_end(job)
+        self._unqueue(job)
+        del self._live[job.id]
+        if job.alloc:
+            self._free_nodes(job)
+            self._want_schedule()
+        self._keep_or_purge(job)
+        parent = job.parent
+        if parent is not None:
+            if all(sub.finished for sub in parent.subjobs):
+                self._finish_array(parent)
+            else:
+                self._update_parent(parent)
+
+    def _final_record(self, job: _Job) -> None:
+        """F, with the substate and comment of how it ended."""
         now = self._now
         native = job.native
         end = job.end_kind
@@ -1024,45 +1081,38 @@ class Simulation:
             native["obittime"] = pbs_time(int(now))
             native["Stageout_status"] = 1
         native["history_timestamp"] = int(now)
-        job.finished = True
-        job.token += 1
-        self._touch(job)
-        self._note(job)
-        truth = job.truth
-        truth.final_state = pbs_state(native)
-        truth.exit_status = native.get("Exit_status")
-        self.stats[truth.final_state] += 1
-        if end == _END_CANCEL:
-            self.stats["cancelled_queued"] += 1
-        elif end == _END_QDEL:
-            self.stats["cancelled_running"] += 1
-        elif end == _END_WALLTIME:
-            self.stats["walltime"] += 1
-        elif end == _END_NODE:
-            self.stats["node_kills"] += 1
 
-        self._unqueue(job)
-        del self._live[job.id]
-        if job.alloc:
-            for idx, n in job.alloc:
-                node = self._nodes[idx]
-                del node.jobs[job.id]
-                node.mem_used_kb -= job.chunk_mem_kb
-                node.last_used = int(now)
-                self._set_free(node, node.free + n)
-            self._want_schedule()
+    def _count_end(self, job: _Job) -> None:
+        stats = self.stats
+        stats[job.truth.final_state] += 1
+        end = job.end_kind
+        if end == _END_CANCEL:
+            stats["cancelled_queued"] += 1
+        elif end == _END_QDEL:
+            stats["cancelled_running"] += 1
+        elif end == _END_WALLTIME:
+            stats["walltime"] += 1
+        elif end == _END_NODE:
+            stats["node_kills"] += 1
+
+    def _free_nodes(self, job: _Job) -> None:
+        """Give back the cpus (and memory) the job held."""
+        for idx, n in job.alloc:
+            node = self._nodes[idx]
+            del node.jobs[job.id]
+            node.mem_used_kb -= job.chunk_mem_kb
+            node.last_used = int(self._now)
+            self._set_free(node, node.free + n)
+
+    def _keep_or_purge(self, job: _Job) -> None:
+        """A finished job stays in the history (``history_keep`` of them) or
+        the server forgets it at once."""
         if self.rng.random() < self.history_keep:
             self._history[job.id] = job
-            self._history_order.append((now, job.id))
+            self._history_order.append((self._now, job.id))
         else:
-            truth.purged = True
+            job.truth.purged = True
             self.stats["purged"] += 1
-        parent = job.parent
-        if parent is not None:
-            if all(sub.finished for sub in parent.subjobs):
-                self._finish_array(parent)
-            else:
-                self._update_parent(parent)
 
     # Arrays --------------------------------------------------------------------------
     def _update_parent(self, parent: _Job) -> None:
@@ -1145,12 +1195,7 @@ class Simulation:
         truth.exit_status = exit_status
         self.stats["arrays_finished"] += 1
         del self._live[parent.id]
-        if self.rng.random() < self.history_keep:
-            self._history[parent.id] = parent
-            self._history_order.append((self._now, parent.id))
-        else:
-            truth.purged = True
-            self.stats["purged"] += 1
+        self._keep_or_purge(parent)
 
     # Nodes ---------------------------------------------------------------------------
     def _outage(self) -> None:
