@@ -6,6 +6,12 @@ OpenPBS 23.06 prints them with ``qstat -f -F json``, ``pbsnodes -av -F json``
 and ``qstat -Q -f -F json`` (see ``shared/fixtures/pbs/``), so that whatever
 parses a real server parses the simulation unchanged.
 
+This module holds the model: the :class:`Simulation` with its clock and
+events, submissions, scheduler, jobs, arrays and nodes.  The records and
+documents are built by :mod:`jobtap.sim.render`, in the words of
+:mod:`jobtap.sim.pbs`; the ground truth is :mod:`jobtap.sim.truth`, the
+faults :mod:`jobtap.sim.faults`.
+
 Model
 -----
 * Jobs arrive as a Poisson process (``arrival_rate`` submissions per virtual
@@ -50,7 +56,7 @@ Model
 normalised states it went through, its final state and exit status: the
 ground truth that tests compare the collector's view with.  ``stats`` counts
 the events.  ``fault()`` makes the next stat(s) of a
-:class:`~collector.backends.sim.SimBackend` misbehave without changing the
+:class:`~jobtap.sim.backend.SimBackend` misbehave without changing the
 simulation.
 
 Everything random comes from one ``random.Random(seed)`` and the clock is
