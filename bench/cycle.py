@@ -25,7 +25,7 @@ import orjson
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import normalise_job, parse_qstat_jobs
 from jobtap.collector.cycle import Collector
-from jobtap.sim.model import Simulation
+from jobtap.sim import Simulation
 
 SITE = "bench"
 

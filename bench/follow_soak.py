@@ -25,7 +25,7 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.follow import poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
-from jobtap.sim.backend import SimBackend
+from jobtap.sim import SimBackend
 
 SITE = "soak"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

@@ -2,7 +2,7 @@
 
 It is the embedded default for the demo and the load generator of the
 benchmarks.  Records come out exactly as OpenPBS prints them (see
-:mod:`jobtap.sim.model`), and are normalised by the PBS backend's own functions,
+:mod:`jobtap.sim.render`), and are normalised by the PBS backend's own functions,
 so that the whole pipeline after the stat is the one a real PBS site runs.
 
 Each ``stat_jobs()`` first moves the virtual clock ``tick`` seconds, the way
@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from jobtap.collector.backends.base import Native, Record, StatError
-from jobtap.sim.model import JOB_FAULTS, Simulation
+from jobtap.sim.faults import JOB_FAULTS
+from jobtap.sim.model import Simulation
 
 __all__ = ["SimBackend"]
 

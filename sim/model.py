@@ -6,6 +6,12 @@ OpenPBS 23.06 prints them with ``qstat -f -F json``, ``pbsnodes -av -F json``
 and ``qstat -Q -f -F json`` (see ``shared/fixtures/pbs/``), so that whatever
 parses a real server parses the simulation unchanged.
 
+This module holds the model: the :class:`Simulation` with its clock and
+events, submissions, scheduler, jobs, arrays and nodes.  The records and
+documents are built by :mod:`jobtap.sim.render`, in the words of
+:mod:`jobtap.sim.pbs`; the ground truth is :mod:`jobtap.sim.truth`, the
+faults :mod:`jobtap.sim.faults`.
+
 Model
 -----
 * Jobs arrive as a Poisson process (``arrival_rate`` submissions per virtual
@@ -50,7 +56,7 @@ Model
 normalised states it went through, its final state and exit status: the
 ground truth that tests compare the collector's view with.  ``stats`` counts
 the events.  ``fault()`` makes the next stat(s) of a
-:class:`~collector.backends.sim.SimBackend` misbehave without changing the
+:class:`~jobtap.sim.backend.SimBackend` misbehave without changing the
 simulation.
 
 Everything random comes from one ``random.Random(seed)`` and the clock is
@@ -63,46 +69,38 @@ import gc
 import heapq
 import math
 import random
-import time
 from bisect import bisect
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import lru_cache
 from itertools import islice
 from typing import Any
 
-import orjson
-
-from jobtap.schema import (
-    CANCELLED,
-    COMPLETED,
-    EXITING,
-    FAILED,
-    HELD,
-    QUEUED,
-    RUNNING,
-    SUSPENDED,
-    UNKNOWN,
-    WAITING,
+from jobtap.sim import render
+from jobtap.sim.faults import FaultQueue
+from jobtap.sim.pbs import (
+    EXIT_NODE_FAIL,
+    EXIT_QDEL,
+    EXIT_WALLTIME,
+    FAIL_CODES,
+    SERVER,
+    SUB_BEGUN,
+    SUB_EXITING,
+    SUB_FAILED,
+    SUB_FINISHED,
+    SUB_HELD,
+    SUB_QUEUED,
+    SUB_RUNNING,
+    SUB_TERMINATED,
+    hms,
+    pbs_time,
+    ranges,
+    run_time_label,
 )
+from jobtap.sim.truth import JobTruth, pbs_state
 
-__all__ = [
-    "DEFAULT_USERS",
-    "FAULT_KINDS",
-    "JOB_FAULTS",
-    "JobTruth",
-    "PBS_VERSION",
-    "SERVER",
-    "START",
-    "Simulation",
-    "pbs_state",
-    "pbs_time",
-]
+__all__ = ["DEFAULT_USERS", "START", "Simulation"]
 
-SERVER = "simhost"
-PBS_VERSION = "23.06.06"
 START = 1795262400.0  # 2026-11-21T12:00:00Z
 DEFAULT_USERS = (
     "alice", "bob", "carol", "dave", "erin", "frank",
@@ -114,40 +112,9 @@ JOB_NAMES = (
     "relax", "bench", "qc_opt", "render", "align", "mcmc",
 )  # fmt: skip
 
-FAULT_KINDS = ("fail", "empty", "short", "history_fail")
-JOB_FAULTS = ("fail", "empty", "short")
-
-# PBS substates (src/include/job.h).
-SUB_QUEUED = 10
-SUB_HELD = 20
-SUB_WAITING = 30
-SUB_RUNNING = 42
-SUB_EXITING = 50
-SUB_BEGUN = 70
-SUB_TERMINATED = 91
-SUB_FINISHED = 92
-SUB_FAILED = 93
-
-EXIT_WALLTIME = -29  # JOB_EXEC_KILL_WALLTIME
-EXIT_QDEL = 271  # 256 + SIGTERM, what qdel of a running job leaves
-EXIT_NODE_FAIL = 265  # 256 + SIGKILL: the job's processes died with their node
-FAIL_CODES = (1, 1, 1, 2, 3, 127, 134, 137, 139, 255)
-
 # Walltime requests (seconds) and their weights.
 WALLTIMES = ((900, 10), (1800, 20), (3600, 30), (7200, 20), (14400, 15), (43200, 5))
 BIG_WALLTIMES = ((3600, 20), (7200, 30), (14400, 30), (43200, 20))
-
-_STATE_OF_LETTER = {
-    "Q": QUEUED,
-    "H": HELD,
-    "W": WAITING,
-    "T": QUEUED,
-    "R": RUNNING,
-    "B": RUNNING,
-    "E": EXITING,
-    "S": SUSPENDED,
-    "U": SUSPENDED,
-}
 
 # Kinds of jobs.
 _REGULAR, _PARENT, _SUB = 0, 1, 2
@@ -186,129 +153,6 @@ _C_TOP, _C_CONFLICT, _C_SHORT, _C_NEVER = range(1, 5)
     _EV_OUTAGE,
     _EV_NODE_UP,
 ) = range(13)
-
-# Keys of a parent's record that a not-yet-started subjob does not show.
-_PLACEHOLDER_DROP = frozenset(
-    {
-        "array",
-        "array_state_count",
-        "array_indices_submitted",
-        "array_indices_remaining",
-        "project",
-        "Submit_Host",
-    }
-)
-# Keys a started subjob copies from its parent.
-_SUBJOB_KEYS = (
-    "Job_Name", "Job_Owner", "queue", "server", "ctime", "Join_Path", "Keep_Files",
-    "Mail_Points", "Priority", "qtime", "Rerunable", "Resource_List", "schedselect",
-    "Variable_List", "euser", "egroup", "queue_rank", "queue_type", "etime",
-)  # fmt: skip
-_NESTED = ("Resource_List", "resources_used", "Variable_List")
-
-
-# Formatting ----------------------------------------------------------------------------
-@lru_cache(maxsize=16384)
-def pbs_time(t: int) -> str:
-    """Seconds since the epoch as PBS prints times: ``Sat Nov 21 14:40:20 2026``
-    (the server's local time; the simulated server runs in UTC)."""
-    return time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(t))
-
-
-def _run_time_label(t: int) -> str:
-    """The scheduler's short form in comments: ``Sat Nov 21 at 14:40``."""
-    return time.strftime("%a %b %d at %H:%M", time.gmtime(t))
-
-
-def _hms(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-def _ranges(indices: Sequence[int], step: int) -> str:
-    """``[2, 3, 4, 7]`` -> ``"2-4,7"`` (PBS's form of array index lists)."""
-    if not indices:
-        return "-"
-    parts = []
-    first = prev = indices[0]
-    for i in indices[1:]:
-        if i == prev + step:
-            prev = i
-            continue
-        parts.append(_one_range(first, prev, step))
-        first = prev = i
-    parts.append(_one_range(first, prev, step))
-    return ",".join(parts)
-
-
-def _one_range(first: int, last: int, step: int) -> str:
-    if first == last:
-        return str(first)
-    return f"{first}-{last}" + (f":{step}" if step != 1 else "")
-
-
-def _copy_record(native: dict[str, Any]) -> dict[str, Any]:
-    """A copy that shares nothing mutable with ``native`` (its only nested
-    values are flat dicts of scalars)."""
-    out = native.copy()
-    for key in _NESTED:
-        value = out.get(key)
-        if value is not None:
-            out[key] = value.copy()
-    return out
-
-
-def pbs_state(native: dict[str, Any]) -> str:
-    """The normalised state of a PBS job record.
-
-    Q -> queued, H -> held, W -> waiting, R and an array parent's B -> running,
-    E -> exiting.  Finished (F, X): substate 91 -> cancelled, 93 -> failed,
-    otherwise Exit_status 0 -> completed, another exit -> failed, no exit ->
-    cancelled.
-    """
-    letter = native.get("job_state")
-    state = _STATE_OF_LETTER.get(letter)  # type: ignore[arg-type]
-    if state is not None:
-        return state
-    if letter not in ("F", "X"):
-        return UNKNOWN
-    substate = native.get("substate")
-    if substate == SUB_TERMINATED:
-        return CANCELLED
-    if substate == SUB_FAILED:
-        return FAILED
-    exit_status = native.get("Exit_status")
-    if exit_status is None:
-        return CANCELLED
-    return COMPLETED if exit_status == 0 else FAILED
-
-
-# Ground truth ----------------------------------------------------------------------------
-@dataclass(slots=True)
-class JobTruth:
-    """What really happened to one job.
-
-    ``transitions`` lists ``(virtual_time, normalised_state)`` each time the
-    state changed, starting with the state at submission.  ``purged`` is true
-    once the server has forgotten the finished job (``history()`` does not
-    return it).  ``tags`` name the notable things that happened to it
-    (``held``, ``released``, ``qdel_queued``, ``qdel_running``, ``walltime``,
-    ``exit_nonzero``, ``node_kill``, ``array``, ``subjob``, ``waiting``,
-    ``never``)."""
-
-    id: str
-    user: str
-    transitions: list[tuple[float, str]]
-    final_state: str | None = None
-    exit_status: int | None = None
-    purged: bool = False
-    array_parent: str | None = None
-    tags: list[str] = field(default_factory=list)
-
-    @property
-    def state(self) -> str:
-        """The current normalised state."""
-        return self.transitions[-1][1]
 
 
 # Internal objects ----------------------------------------------------------------------
@@ -461,11 +305,24 @@ class Simulation:
         self._uncommented: dict[str, _Job] = {}  # pending jobs the scheduler has not judged
         self._history: dict[str, _Job] = {}
         self._history_order: deque[tuple[float, str]] = deque()
-        self._faults: list[list[Any]] = []
+        self._faults = FaultQueue()
         self._sched_pending = False
         self._last_sched = -math.inf
         self._warm = False
 
+        self._init_job_mix(nodes)
+        self._init_nodes(nodes)
+        self.arrival_rate = arrival_rate if arrival_rate is not None else self._sustainable_rate()
+
+        self._warm_start(initial_jobs)
+        if self.arrival_rate > 0:
+            self._push(self._now + self._arrival_gap(), _EV_ARRIVAL, None, 0)
+        if node_mtbf > 0:
+            self._push(self._now + self._outage_gap(), _EV_OUTAGE, None, 0)
+
+    def _init_job_mix(self, nodes: int) -> None:
+        """The tables the submissions draw from: users, job shapes, walltimes."""
+        cpn = self.cpus_per_node
         # Users: a few heavy, many light (Zipf-like weights), each in a group.
         weights = [1.0 / (i + 1) ** 0.8 for i in range(len(self.users))]
         self._user_cum = list(_cumulate(weights))
@@ -474,10 +331,10 @@ class Simulation:
 
         # Job shapes: (ncpus, nodect, weight).  Whole-node multi-node jobs need
         # enough nodes to be worth it.
-        shapes = [(n, 1, w) for n, w in ((1, 30), (2, 12), (4, 18), (8, 14)) if n < cpus_per_node]
-        shapes.append((cpus_per_node, 1, 10))
+        shapes = [(n, 1, w) for n, w in ((1, 30), (2, 12), (4, 18), (8, 14)) if n < cpn]
+        shapes.append((cpn, 1, 10))
         if nodes >= 8:
-            shapes += [(2 * cpus_per_node, 2, 5), (4 * cpus_per_node, 4, 2)]
+            shapes += [(2 * cpn, 2, 5), (4 * cpn, 4, 2)]
         self._shapes = [(n, k) for n, k, _ in shapes]
         self._shape_cum = list(_cumulate([w for *_, w in shapes]))
         self._wall_cum = list(_cumulate([w for _, w in WALLTIMES]))
@@ -485,22 +342,24 @@ class Simulation:
         self._wall_biased_cum = list(_cumulate([t * w for t, w in WALLTIMES]))
         self._bigwall_biased_cum = list(_cumulate([t * w for t, w in BIG_WALLTIMES]))
 
+    def _init_nodes(self, nodes: int) -> None:
+        """The nodes, all up and free, and the index of free cpus."""
         width = max(3, len(str(nodes)))
         t0 = int(self._now)
         self._nodes = [
-            _Node(f"node{i + 1:0{width}d}", i, cpus_per_node, self.mem_per_node_kb, t0)
+            _Node(f"node{i + 1:0{width}d}", i, self.cpus_per_node, self.mem_per_node_kb, t0)
             for i in range(nodes)
         ]
-        self.total_cpus = nodes * cpus_per_node
+        self.total_cpus = nodes * self.cpus_per_node
         # Up nodes by number of free cpus; dicts keep a deterministic order.
-        self._buckets: list[dict[int, None]] = [{} for _ in range(cpus_per_node + 1)]
+        self._buckets: list[dict[int, None]] = [{} for _ in range(self.cpus_per_node + 1)]
         for node in self._nodes:
             self._buckets[node.free][node.idx] = None
         self._free_total = self.total_cpus
 
-        self.arrival_rate = arrival_rate if arrival_rate is not None else self._sustainable_rate()
-
-        # Warm start: a cluster that has been busy for hours.
+    def _warm_start(self, initial_jobs: int) -> None:
+        """A cluster that has been busy for hours: ``initial_jobs`` records
+        submitted over the past hours, then one scheduling cycle."""
         self._warm = True
         with _gc_paused():
             while len(self._live) < initial_jobs:
@@ -508,10 +367,6 @@ class Simulation:
             self._schedule()
         self._warm = False
         self._sched_pending = False
-        if self.arrival_rate > 0:
-            self._push(self._now + self._arrival_gap(), _EV_ARRIVAL, None, 0)
-        if node_mtbf > 0:
-            self._push(self._now + self._outage_gap(), _EV_OUTAGE, None, 0)
 
     @classmethod
     def bench(cls, jobs: int = 100_000, nodes: int | None = None, **options: Any) -> Simulation:
@@ -630,24 +485,171 @@ class Simulation:
         return self._now + self.usage_interval * self.rng.uniform(1.0, 1.2)
 
     # Submission ----------------------------------------------------------------------
+    # One qsub draws from the seeded stream in this order: the request
+    # (_draw_qsub), then the fate of each record it makes (_plan_run), then
+    # what its user will do to it later (_queue_job, _queue_array).
+    def _submit(self, *, warm: bool = False, room: int | None = None) -> None:
+        """One ``qsub``: a job, or a job array and its subjobs (an array takes
+        at most ``room`` records).  ``warm`` backdates it (warm start)."""
+        qsub = self._draw_qsub(warm, room)
+        job = self._new_job(qsub)
+        if qsub.is_array:
+            self._queue_array(job, qsub)
+        else:
+            self._queue_job(job, qsub)
+
+    def _draw_qsub(self, warm: bool, room: int | None) -> render.Qsub:
+        """Draw what a user asks for: who, when, the job's shape, its options,
+        an array's indices and a waiting job's ``-a`` time."""
+        rng = self.rng
+        user = _pick(rng, self.users, self._user_cum)
+        num = self._next_num
+        self._next_num += 1
+        ctime = self._now - rng.uniform(0.0, 8 * 3600.0) if warm else self._now
+        is_array = rng.random() < self.p_array and (room is None or room >= 3)
+        never = not is_array and rng.random() < self.p_never
+        ncpus, nodect, walltime, mem_gb = self._draw_shape(never)
+        name = rng.choice(JOB_NAMES)
+        priority = rng.choice((10, 50, 100, -10)) if rng.random() < 0.1 else 0
+        account = f"proj-{self._group[user]}" if rng.random() < 0.3 else None
+        held = not is_array and rng.random() < self.p_submit_held
+        waiting = not is_array and not held and rng.random() < self.p_wait
+        indices = self._draw_indices(room) if is_array else []
+        exec_at = self._draw_exec_at() if waiting else 0
+        return render.Qsub(
+            num=num,
+            user=user,
+            group=self._group[user],
+            host=self.server,  # jobs are submitted on the server host, as in the fixtures
+            ctime=ctime,
+            name=name,
+            queue="bigq" if nodect > 1 else "workq",
+            ncpus=ncpus,
+            nodect=nodect,
+            walltime=walltime,
+            mem_gb=mem_gb,
+            priority=priority,
+            account=account,
+            held=held,
+            waiting=waiting,
+            never=never,
+            indices=indices,
+            exec_at=exec_at,
+        )
+
+    def _draw_shape(self, never: bool) -> tuple[int, int, int, int]:
+        """``(ncpus, nodect, walltime, mem_gb)``: the resources a job asks for
+        (mem_gb 0: no memory request).  A job that can ``never`` run asks for
+        more cpus than a node has."""
+        rng = self.rng
+        if never:
+            ncpus, nodect = 2 * self.cpus_per_node, 1
+        else:
+            ncpus, nodect = _pick(rng, self._shapes, self._shape_cum)
+        walltime = self._draw_walltime(rng, nodect)
+        chunk = ncpus // nodect
+        mem_gb = (
+            min(chunk * rng.choice((1, 2, 4)), self.mem_per_node_gb) if rng.random() < 0.4 else 0
+        )
+        return ncpus, nodect, walltime, mem_gb
+
+    def _draw_indices(self, room: int | None) -> list[int]:
+        """An array's subjob indices: 2-8 of them (fewer than ``room``),
+        ``1-N`` or, one time in five, ``0-M:5``."""
+        rng = self.rng
+        count = rng.randint(2, 8)
+        if room is not None:
+            count = min(count, room - 1)
+        step, first = (5, 0) if rng.random() < 0.2 else (1, 1)
+        return [first + i * step for i in range(count)]
+
+    def _draw_exec_at(self) -> int:
+        """``qsub -a``: a time 5 to 60 minutes ahead, on the minute."""
+        return (int(self._now + self.rng.uniform(300.0, 3600.0)) // 60 + 1) * 60
+
+    def _new_job(self, q: render.Qsub) -> _Job:
+        """The job (or array parent) a qsub makes, with its record, registered."""
+        job_id = f"{q.num}[].{self.server}" if q.is_array else f"{q.num}.{self.server}"
+        variables = self._environment(q.user, q.queue, q.host)
+        job = _Job(job_id, q.num, (q.num, -1), _PARENT if q.is_array else _REGULAR, q.user)
+        job.queue = q.queue
+        job.native = render.job_record(q, self.server, variables)
+        job.ctime = q.ctime
+        job.ncpus = q.ncpus
+        job.nodect = q.nodect
+        job.chunk_mem_kb = q.mem_gb * 1024 * 1024
+        job.walltime = q.walltime
+        job.never = q.never
+        job.submit_host = q.host
+        job.step = q.step
+        self._register(job, [])
+        self.stats["submitted"] += 1
+        return job
+
+    def _queue_job(self, job: _Job, q: render.Qsub) -> None:
+        """Plan a job's run and put it where its options say (held, waiting or
+        queued), with what its user will do to it later: release or delete a
+        held job, hold or delete a queued one."""
+        rng = self.rng
+        now = self._now
+        self._plan_run(job)
+        if q.never:
+            job.truth.tags.append("never")
+            self._push(now + rng.uniform(600.0, 3600.0), _EV_DELETE_PENDING, job, 0)
+        if q.held:
+            job.truth.tags.append("held")
+            self.stats["held"] += 1
+            self._plan_after_hold(job)
+        elif q.waiting:
+            job.truth.tags.append("waiting")
+            self._push(float(q.exec_at), _EV_ELIGIBLE, job, 0)
+        else:
+            self._enqueue(job)
+            if rng.random() < self.p_hold:
+                self._push(now + rng.uniform(30.0, 3600.0), _EV_HOLD, job, 0)
+        if not q.never and rng.random() < self.p_qdel_queued:
+            self._push(now + rng.uniform(60.0, 3 * 3600.0), _EV_DELETE_PENDING, job, 0)
+
+    def _queue_array(self, parent: _Job, q: render.Qsub) -> None:
+        """Make an array's subjobs, each with its own planned run, and queue
+        them; one array in twenty is deleted (``qdel N[]``) later."""
+        rng = self.rng
+        self.stats["arrays"] += 1
+        parent.truth.tags.append("array")
+        for index in q.indices:
+            parent.subjobs.append(self._new_subjob(parent, index))
+        self._update_parent(parent)
+        for sub in parent.subjobs:
+            self._register(sub, ["subjob"])
+            sub.truth.array_parent = parent.id
+            self._enqueue(sub)
+        if rng.random() < 0.05:
+            self._push(self._now + rng.uniform(300.0, 3 * 3600.0), _EV_DELETE_ARRAY, parent, 0)
+
+    def _new_subjob(self, parent: _Job, index: int) -> _Job:
+        """Subjob ``index`` of an array, its run planned (not registered yet:
+        its parent's counts come first)."""
+        num = parent.num
+        sub = _Job(f"{num}[{index}].{self.server}", num, (num, index), _SUB, parent.user)
+        sub.queue = parent.queue
+        sub.parent = parent
+        sub.index = index
+        sub.ctime = parent.ctime
+        sub.ncpus = parent.ncpus
+        sub.nodect = parent.nodect
+        sub.chunk_mem_kb = parent.chunk_mem_kb
+        sub.walltime = parent.walltime
+        sub.submit_host = parent.submit_host
+        self._plan_run(sub)
+        return sub
+
     def _environment(self, user: str, queue: str, host: str) -> dict[str, str]:
         """Variable_List, shared by the internal records of one user, queue and
         submit host: it never changes, and every rendering copies it."""
         key = (user, queue, host)
         env = self._env_cache.get(key)
         if env is None:
-            env = {
-                "PBS_O_HOME": f"/home/{user}",
-                "PBS_O_LOGNAME": user,
-                "PBS_O_PATH": "/opt/pbs/bin:/usr/local/bin:/usr/bin:/bin",
-                "PBS_O_MAIL": f"/var/mail/{user}",
-                "PBS_O_SHELL": "/bin/bash",
-                "PBS_O_WORKDIR": f"/home/{user}/work",
-                "PBS_O_SYSTEM": "Linux",
-                "PBS_O_QUEUE": queue,
-                "PBS_O_HOST": host,
-            }
-            self._env_cache[key] = env
+            env = self._env_cache[key] = render.environment(user, queue, host)
         return env
 
     def _plan_run(self, job: _Job) -> None:
@@ -670,181 +672,6 @@ class Simulation:
             job.peak_kb = int(job.chunk_mem_kb * job.nodect * rng.uniform(0.2, 0.95))
         else:
             job.peak_kb = int(job.ncpus * rng.uniform(50_000, 2_000_000))
-
-    def _submit(self, *, warm: bool = False, room: int | None = None) -> None:
-        """One ``qsub``: a job, or a job array and its subjobs (an array takes
-        at most ``room`` records)."""
-        rng = self.rng
-        now = self._now
-        user = _pick(rng, self.users, self._user_cum)
-        num = self._next_num
-        self._next_num += 1
-        ctime = now - rng.uniform(0.0, 8 * 3600.0) if warm else now
-        is_array = rng.random() < self.p_array and (room is None or room >= 3)
-        never = not is_array and rng.random() < self.p_never
-        if never:
-            ncpus, nodect = 2 * self.cpus_per_node, 1
-        else:
-            ncpus, nodect = _pick(rng, self._shapes, self._shape_cum)
-        queue = "bigq" if nodect > 1 else "workq"
-        walltime = self._draw_walltime(rng, nodect)
-        chunk = ncpus // nodect
-        mem_gb = (
-            min(chunk * rng.choice((1, 2, 4)), self.mem_per_node_gb) if rng.random() < 0.4 else 0
-        )
-        name = rng.choice(JOB_NAMES)
-        host = self.server  # jobs are submitted on the server host, as in the fixtures
-        priority = rng.choice((10, 50, 100, -10)) if rng.random() < 0.1 else 0
-        account = f"proj-{self._group[user]}" if rng.random() < 0.3 else None
-        held = not is_array and rng.random() < self.p_submit_held
-        waiting = not is_array and not held and rng.random() < self.p_wait
-
-        select = f"{nodect}:ncpus={chunk}" + (f":mem={mem_gb}gb" if mem_gb else "")
-        resources: dict[str, Any] = {}
-        if mem_gb:
-            resources["mem"] = f"{mem_gb * nodect}gb"
-        resources["ncpus"] = ncpus
-        resources["nodect"] = nodect
-        resources["place"] = "scatter:excl" if nodect > 1 else ("pack" if ncpus == 1 else "free")
-        resources["select"] = select
-        resources["walltime"] = _hms(walltime)
-
-        if is_array:
-            count = rng.randint(2, 8)
-            if room is not None:
-                count = min(count, room - 1)
-            step, first = (5, 0) if rng.random() < 0.2 else (1, 1)
-            indices = [first + i * step for i in range(count)]
-            spec = f"{indices[0]}-{indices[-1]}" + (f":{step}" if step != 1 else "")
-            job_id = f"{num}[].{self.server}"
-        else:
-            indices = []
-            spec = ""
-            job_id = f"{num}.{self.server}"
-
-        args = [f"-N {name}"]
-        if held:
-            args.insert(0, "-h")
-        if account:
-            args.append(f"-A {account}")
-        if priority:
-            args.append(f"-p {priority}")
-        if is_array:
-            args.append(f"-J {spec}")
-        args.append(f"-l select={select}")
-        args.append(f"-l walltime={_hms(walltime)}")
-        exec_at = 0
-        if waiting:
-            exec_at = (int(now + rng.uniform(300.0, 3600.0)) // 60 + 1) * 60
-            args.append("-a " + time.strftime("%H%M", time.gmtime(exec_at)))
-
-        t = pbs_time(int(ctime))
-        home = f"/home/{user}/work"
-        suffix = f"{num}.^array_index^" if is_array else str(num)
-        native: dict[str, Any] = {
-            "Job_Name": name,
-            "Job_Owner": f"{user}@{host}",
-            "job_state": "H" if held else "W" if waiting else "Q",
-            "queue": queue,
-            "server": self.server,
-        }
-        if account:
-            native["Account_Name"] = account
-        native.update(
-            {
-                "Checkpoint": "u",
-                "ctime": t,
-                "Error_Path": f"{host}:{home}/{name}.e{suffix}",
-            }
-        )
-        if waiting:
-            native["Execution_Time"] = pbs_time(exec_at)
-        native.update(
-            {
-                "Hold_Types": "u" if held else "n",
-                "Join_Path": "n",
-                "Keep_Files": "n",
-                "Mail_Points": "a",
-                "mtime": t,
-                "Output_Path": f"{host}:{home}/{name}.o{suffix}",
-                "Priority": priority,
-                "qtime": t,
-                "Rerunable": "True",
-                "Resource_List": resources,
-                "schedselect": select,
-                "substate": SUB_HELD if held else SUB_WAITING if waiting else SUB_QUEUED,
-                "Variable_List": self._environment(user, queue, host),
-                "euser": user,
-                "egroup": self._group[user],
-                "queue_rank": int(ctime * 1_000_000) + num % 1_000_000,
-                "queue_type": "E",
-                "etime": t,
-                "Submit_arguments": " ".join(args),
-            }
-        )
-        if is_array:
-            native["array"] = "True"
-            native["array_indices_submitted"] = spec
-        native["project"] = "_pbs_project_default"
-        native["Submit_Host"] = host
-
-        kind = _PARENT if is_array else _REGULAR
-        job = _Job(job_id, num, (num, -1), kind, user)
-        job.queue = queue
-        job.native = native
-        job.ctime = ctime
-        job.ncpus = ncpus
-        job.nodect = nodect
-        job.chunk_mem_kb = mem_gb * 1024 * 1024
-        job.walltime = walltime
-        job.never = never
-        job.submit_host = host
-        job.step = indices[1] - indices[0] if is_array else 1
-        self._register(job, [])
-        self.stats["submitted"] += 1
-
-        if is_array:
-            self.stats["arrays"] += 1
-            job.truth.tags.append("array")
-            for index in indices:
-                sub = _Job(f"{num}[{index}].{self.server}", num, (num, index), _SUB, user)
-                sub.queue = queue
-                sub.parent = job
-                sub.index = index
-                sub.ctime = ctime
-                sub.ncpus = ncpus
-                sub.nodect = nodect
-                sub.chunk_mem_kb = job.chunk_mem_kb
-                sub.walltime = walltime
-                sub.submit_host = host
-                self._plan_run(sub)
-                job.subjobs.append(sub)
-            self._update_parent(job)
-            for sub in job.subjobs:
-                self._register(sub, ["subjob"])
-                sub.truth.array_parent = job.id
-                self._enqueue(sub)
-            if rng.random() < 0.05:
-                self._push(now + rng.uniform(300.0, 3 * 3600.0), _EV_DELETE_ARRAY, job, 0)
-            return
-
-        self._plan_run(job)
-        if never:
-            job.truth.tags.append("never")
-            self._push(now + rng.uniform(600.0, 3600.0), _EV_DELETE_PENDING, job, 0)
-        if held:
-            job.truth.tags.append("held")
-            self.stats["held"] += 1
-            self._plan_after_hold(job)
-        elif waiting:
-            job.truth.tags.append("waiting")
-            self._push(float(exec_at), _EV_ELIGIBLE, job, 0)
-        else:
-            self._enqueue(job)
-            if rng.random() < self.p_hold:
-                self._push(now + rng.uniform(30.0, 3600.0), _EV_HOLD, job, 0)
-        if not never and rng.random() < self.p_qdel_queued:
-            self._push(now + rng.uniform(60.0, 3 * 3600.0), _EV_DELETE_PENDING, job, 0)
 
     def _register(self, job: _Job, tags: list[str]) -> None:
         truth = JobTruth(job.id, job.user, [(self._now, pbs_state(job.native))], tags=tags)
@@ -1041,16 +868,38 @@ class Simulation:
             node.last_change = int(self._now)
 
     def _start(self, job: _Job, alloc: list[tuple[int, int]]) -> None:
-        rng = self.rng
+        """Q -> R on the cpus of ``alloc`` (``(node index, ncpus)`` pairs); on a
+        warm start, part-way through its run."""
         now = self._now
-        elapsed = 0.0
-        if self._warm:
-            self._length_bias(job)
-            elapsed = rng.random() * job.runtime * 0.999
-            if job.kind != _SUB:
-                self._backdate(job, now - elapsed - rng.uniform(0.0, 7200.0))
+        elapsed = self._warm_elapsed(job) if self._warm else 0.0
         stime = now - elapsed
         self._unqueue(job)
+        exec_host, exec_vnode = self._allocate(job, alloc)
+        job.alloc = alloc
+        job.stime = stime
+        job.started = True
+        job.token += 1
+        self._run_record(job, exec_host, exec_vnode)
+        self._update_usage(job)
+        self._note(job)
+        self.stats["started"] += 1
+        self._plan_running(job)
+        if job.parent is not None:
+            self._update_parent(job.parent)
+
+    def _warm_elapsed(self, job: _Job) -> float:
+        """Warm start: how long a job found running has run (a length-biased
+        run, see :meth:`_length_bias`); it was submitted before it started."""
+        rng = self.rng
+        self._length_bias(job)
+        elapsed = rng.random() * job.runtime * 0.999
+        if job.kind != _SUB:
+            self._backdate(job, self._now - elapsed - rng.uniform(0.0, 7200.0))
+        return elapsed
+
+    def _allocate(self, job: _Job, alloc: list[tuple[int, int]]) -> tuple[str, str]:
+        """Take the job's cpus (and memory) on its nodes; returns its
+        ``exec_host`` and ``exec_vnode``."""
         chunk_mem = job.chunk_mem_kb
         hosts = []
         vnodes = []
@@ -1063,15 +912,13 @@ class Simulation:
             )
             node.jobs[job.id] = n
             node.mem_used_kb += chunk_mem
-            node.last_used = int(now)
+            node.last_used = int(self._now)
             self._set_free(node, node.free - n)
-        job.alloc = alloc
-        job.stime = stime
-        job.started = True
-        job.token += 1
-        exec_vnode = "+".join(vnodes)
-        t = pbs_time(int(stime))
-        comment = f"Job run at {_run_time_label(int(stime))} on {exec_vnode}"
+        return "+".join(hosts), "+".join(vnodes)
+
+    def _run_record(self, job: _Job, exec_host: str, exec_vnode: str) -> None:
+        """The record of a job that has just started (a subjob gets its own)."""
+        stime = job.stime
         if job.kind == _SUB:
             job.native = self._instantiate(job)
             native = job.native
@@ -1079,18 +926,22 @@ class Simulation:
             native = job.native
             native["job_state"] = "R"
             native["substate"] = SUB_RUNNING
-        native["exec_host"] = "+".join(hosts)
+        native["exec_host"] = exec_host
         native["exec_vnode"] = exec_vnode
-        native["stime"] = t
-        native["session_id"] = rng.randint(2000, 999_999)
+        native["stime"] = pbs_time(int(stime))
+        native["session_id"] = self.rng.randint(2000, 999_999)
         native["jobdir"] = f"/home/{job.user}"
         native["hashname"] = job.id
-        native["comment"] = comment
+        native["comment"] = f"Job run at {run_time_label(int(stime))} on {exec_vnode}"
         native["run_count"] = 1
         native["run_version"] = 1
-        self._update_usage(job)
-        self._note(job)
-        self.stats["started"] += 1
+
+    def _plan_running(self, job: _Job) -> None:
+        """The events of a running job: its end, its usage reports and, for
+        some, a ``qdel`` before the end."""
+        rng = self.rng
+        now = self._now
+        stime = job.stime
         token = job.token
         self._push(max(stime + job.runtime, now + 1.0), _EV_END, job, token)
         self._push(now + self.usage_interval * rng.random(), _EV_USAGE, job, token)
@@ -1098,8 +949,6 @@ class Simulation:
             at = stime + job.runtime * rng.uniform(0.05, 0.8)
             if at > now:
                 self._push(at, _EV_DELETE_RUNNING, job, token)
-        if job.parent is not None:
-            self._update_parent(job.parent)
 
     def _length_bias(self, job: _Job) -> None:
         """The jobs found running at any instant are a length-biased sample:
@@ -1123,9 +972,9 @@ class Simulation:
         if redraw_walltime:
             native = job.native
             old = native["Resource_List"]["walltime"]
-            native["Resource_List"]["walltime"] = _hms(job.walltime)
+            native["Resource_List"]["walltime"] = hms(job.walltime)
             native["Submit_arguments"] = native["Submit_arguments"].replace(
-                f"walltime={old}", f"walltime={_hms(job.walltime)}"
+                f"walltime={old}", f"walltime={hms(job.walltime)}"
             )
 
     def _backdate(self, job: _Job, ctime: float) -> None:
@@ -1140,20 +989,16 @@ class Simulation:
     def _instantiate(self, sub: _Job) -> dict[str, Any]:
         """A subjob's own record, made when it starts (before, qstat -t shows
         a copy of the parent)."""
-        parent = sub.parent.native
-        native: dict[str, Any] = {key: parent[key] for key in _SUBJOB_KEYS}
-        home = f"/home/{sub.user}/work"
-        name = native["Job_Name"]
-        native["job_state"] = "R"
-        native["substate"] = SUB_RUNNING
-        native["Error_Path"] = f"{sub.submit_host}:{home}/{name}.e{sub.num}.{sub.index}"
-        native["Output_Path"] = f"{sub.submit_host}:{home}/{name}.o{sub.num}.{sub.index}"
-        native["queue_rank"] = int(self._now * 1_000_000) + sub.index
-        native["array_id"] = sub.parent.id
-        native["array_index"] = sub.index
-        native["project"] = "_pbs_project_default"
-        native["Submit_Host"] = sub.submit_host
-        return native
+        parent = sub.parent
+        return render.subjob_record(
+            parent.native,
+            array_id=parent.id,
+            user=sub.user,
+            host=sub.submit_host,
+            num=sub.num,
+            index=sub.index,
+            now=self._now,
+        )
 
     def _update_usage(self, job: _Job) -> None:
         """What the MoM reports: a fresh resources_used (a new dict, so that no
@@ -1161,14 +1006,7 @@ class Simulation:
         elapsed = max(0.0, self._now - job.stime)
         ramp = min(1.0, 0.3 + elapsed / 600.0)
         mem = int(job.peak_kb * ramp)
-        job.native["resources_used"] = {
-            "cpupercent": int(job.eff * 100 * job.ncpus) if elapsed > 0 else 0,
-            "cput": _hms(elapsed * job.eff * job.ncpus),
-            "mem": f"{mem}kb",
-            "ncpus": job.ncpus,
-            "vmem": f"{mem + 10380 if mem else 0}kb",
-            "walltime": _hms(elapsed),
-        }
+        job.native["resources_used"] = render.resources_used(elapsed, job.eff, job.ncpus, mem)
         self._touch(job)
         self.stats["usage_updates"] += 1
 
@@ -1206,6 +1044,30 @@ class Simulation:
 
     def _finish(self, job: _Job) -> None:
         """The job leaves the live list: F in history (or purged)."""
+        self._final_record(job)
+        job.finished = True
+        job.token += 1
+        self._touch(job)
+        self._note(job)
+        truth = job.truth
+        truth.final_state = pbs_state(job.native)
+        truth.exit_status = job.native.get("Exit_status")
+        self._count_end(job)
+        self._unqueue(job)
+        del self._live[job.id]
+        if job.alloc:
+            self._free_nodes(job)
+            self._want_schedule()
+        self._keep_or_purge(job)
+        parent = job.parent
+        if parent is not None:
+            if all(sub.finished for sub in parent.subjobs):
+                self._finish_array(parent)
+            else:
+                self._update_parent(parent)
+
+    def _final_record(self, job: _Job) -> None:
+        """F, with the substate and comment of how it ended."""
         now = self._now
         native = job.native
         end = job.end_kind
@@ -1225,45 +1087,38 @@ class Simulation:
             native["obittime"] = pbs_time(int(now))
             native["Stageout_status"] = 1
         native["history_timestamp"] = int(now)
-        job.finished = True
-        job.token += 1
-        self._touch(job)
-        self._note(job)
-        truth = job.truth
-        truth.final_state = pbs_state(native)
-        truth.exit_status = native.get("Exit_status")
-        self.stats[truth.final_state] += 1
-        if end == _END_CANCEL:
-            self.stats["cancelled_queued"] += 1
-        elif end == _END_QDEL:
-            self.stats["cancelled_running"] += 1
-        elif end == _END_WALLTIME:
-            self.stats["walltime"] += 1
-        elif end == _END_NODE:
-            self.stats["node_kills"] += 1
 
-        self._unqueue(job)
-        del self._live[job.id]
-        if job.alloc:
-            for idx, n in job.alloc:
-                node = self._nodes[idx]
-                del node.jobs[job.id]
-                node.mem_used_kb -= job.chunk_mem_kb
-                node.last_used = int(now)
-                self._set_free(node, node.free + n)
-            self._want_schedule()
+    def _count_end(self, job: _Job) -> None:
+        stats = self.stats
+        stats[job.truth.final_state] += 1
+        end = job.end_kind
+        if end == _END_CANCEL:
+            stats["cancelled_queued"] += 1
+        elif end == _END_QDEL:
+            stats["cancelled_running"] += 1
+        elif end == _END_WALLTIME:
+            stats["walltime"] += 1
+        elif end == _END_NODE:
+            stats["node_kills"] += 1
+
+    def _free_nodes(self, job: _Job) -> None:
+        """Give back the cpus (and memory) the job held."""
+        for idx, n in job.alloc:
+            node = self._nodes[idx]
+            del node.jobs[job.id]
+            node.mem_used_kb -= job.chunk_mem_kb
+            node.last_used = int(self._now)
+            self._set_free(node, node.free + n)
+
+    def _keep_or_purge(self, job: _Job) -> None:
+        """A finished job stays in the history (``history_keep`` of them) or
+        the server forgets it at once."""
         if self.rng.random() < self.history_keep:
             self._history[job.id] = job
-            self._history_order.append((now, job.id))
+            self._history_order.append((self._now, job.id))
         else:
-            truth.purged = True
+            job.truth.purged = True
             self.stats["purged"] += 1
-        parent = job.parent
-        if parent is not None:
-            if all(sub.finished for sub in parent.subjobs):
-                self._finish_array(parent)
-            else:
-                self._update_parent(parent)
 
     # Arrays --------------------------------------------------------------------------
     def _update_parent(self, parent: _Job) -> None:
@@ -1284,22 +1139,20 @@ class Simulation:
         native["array_state_count"] = (
             f"Queued:{queued} Running:{running} Exiting:{exiting} Expired:{expired}"
         )
-        native["array_indices_remaining"] = _ranges(remaining, parent.step)
+        native["array_indices_remaining"] = ranges(remaining, parent.step)
         if native["job_state"] == "Q" and (running or exiting or expired) and not parent.deleted:
             t = int(self._now)
             native["job_state"] = "B"
             native["substate"] = SUB_BEGUN
             native["stime"] = pbs_time(t)
-            native["comment"] = f"Job Array Began at {_run_time_label(t)}"
+            native["comment"] = f"Job Array Began at {run_time_label(t)}"
             parent.started = True
         self._touch(parent)
         self._note(parent)
 
     def _sync_placeholders(self, parent: _Job) -> None:
         """Not-yet-started subjobs are shown as copies of their parent."""
-        base = {k: v for k, v in parent.native.items() if k not in _PLACEHOLDER_DROP}
-        base["job_state"] = "Q"
-        base["substate"] = SUB_QUEUED
+        base = render.placeholder_record(parent.native)
         for sub in parent.subjobs:
             if not sub.started and not sub.finished:
                 sub.native = base.copy()
@@ -1348,12 +1201,7 @@ class Simulation:
         truth.exit_status = exit_status
         self.stats["arrays_finished"] += 1
         del self._live[parent.id]
-        if self.rng.random() < self.history_keep:
-            self._history[parent.id] = parent
-            self._history_order.append((self._now, parent.id))
-        else:
-            truth.purged = True
-            self.stats["purged"] += 1
+        self._keep_or_purge(parent)
 
     # Nodes ---------------------------------------------------------------------------
     def _outage(self) -> None:
@@ -1425,12 +1273,12 @@ class Simulation:
         """``qstat -t -f``: the live jobs (subjobs included) by id, as fresh
         copies that share nothing with the simulation."""
         with _gc_paused():
-            return {job_id: _copy_record(job.native) for job_id, job in self._live.items()}
+            return {job_id: render.copy_record(job.native) for job_id, job in self._live.items()}
 
     def live_jobs_by_id(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The live jobs among ``ids``, as fresh copies."""
         live = self._live
-        return {j: _copy_record(live[j].native) for j in ids if j in live}
+        return {j: render.copy_record(live[j].native) for j in ids if j in live}
 
     def history_jobs(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """``qstat -x -t -f ID...``: the finished jobs the server still
@@ -1439,7 +1287,7 @@ class Simulation:
         for job_id in ids:
             job = self._history.get(job_id)
             if job is not None:
-                out[job_id] = _copy_record(job.native)
+                out[job_id] = render.copy_record(job.native)
         return out
 
     def qstat_json(self, include_history: bool = False) -> bytes:
@@ -1449,144 +1297,51 @@ class Simulation:
             jobs = sorted([*self._live.values(), *self._history.values()], key=_order)
         else:
             jobs = list(self._live.values())
-        doc: dict[str, Any] = {
-            "timestamp": int(self._now),
-            "pbs_version": PBS_VERSION,
-            "pbs_server": self.server,
-        }
-        if jobs:  # qstat prints no "Jobs" at all when there is none
-            doc["Jobs"] = {job.id: job.native for job in jobs}
-        return orjson.dumps(doc)
+        return render.qstat_document(self._now, self.server, {job.id: job.native for job in jobs})
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         """``pbsnodes -av``: every node by name (fresh dicts)."""
-        out = {}
-        for node in self._nodes:
-            native: dict[str, Any] = {
-                "Mom": node.name,
-                "Port": 15002,
-                "pbs_version": PBS_VERSION,
-                "ntype": "PBS",
-                "state": node.state,
-                "pcpus": node.ncpus,
-            }
-            if node.jobs:
-                native["jobs"] = list(node.jobs)
-            native["resources_available"] = {
-                "arch": "linux",
-                "host": node.name,
-                "mem": f"{node.mem_kb}kb",
-                "ncpus": node.ncpus,
-                "vnode": node.name,
-            }
-            assigned: dict[str, Any] = {}
-            if node.jobs:
-                if node.mem_used_kb:
-                    assigned["mem"] = f"{node.mem_used_kb}kb"
-                assigned["ncpus"] = node.ncpus - node.free
-            native["resources_assigned"] = assigned
-            if node.comment is not None:
-                native["comment"] = node.comment
-            native["resv_enable"] = "True"
-            native["sharing"] = "default_shared"
-            native["license"] = "l"
-            native["last_state_change_time"] = node.last_change
-            if node.last_used:
-                native["last_used_time"] = node.last_used
-            out[node.name] = native
-        return out
+        return {node.name: render.node_record(node) for node in self._nodes}
 
     def queues(self) -> dict[str, dict[str, Any]]:
         """``qstat -Q -f``: workq and bigq with their job counts (fresh dicts)."""
-        counts = {
-            q: {
-                "Transit": 0,
-                "Queued": 0,
-                "Held": 0,
-                "Waiting": 0,
-                "Running": 0,
-                "Exiting": 0,
-                "Begun": 0,
-            }
-            for q in ("workq", "bigq")
-        }
+        counts = {q: render.new_state_count() for q in ("workq", "bigq")}
         assigned = {q: [0, 0] for q in counts}
-        names = {
-            "Q": "Queued",
-            "H": "Held",
-            "W": "Waiting",
-            "R": "Running",
-            "E": "Exiting",
-            "B": "Begun",
-        }
         for job in self._live.values():
             if job.kind == _SUB and not job.started:
                 continue  # not instantiated yet: PBS does not count it
             state = job.native["job_state"]
-            counts[job.queue][names.get(state, "Transit")] += 1
+            counts[job.queue][render.STATE_COUNT_KEY.get(state, "Transit")] += 1
             if job.alloc and state in ("R", "E"):
                 assigned[job.queue][0] += job.ncpus
                 assigned[job.queue][1] += job.nodect
-        out = {}
-        for name, c in counts.items():
-            native: dict[str, Any] = {"queue_type": "Execution", "total_jobs": sum(c.values())}
-            native["state_count"] = "".join(f"{k}:{v} " for k, v in c.items())
-            if name == "bigq":
-                native["resources_max"] = {"walltime": "12:00:00"}
-                native["resources_min"] = {"nodect": 2}
-            else:
-                native["resources_max"] = {"ncpus": self.cpus_per_node * 2}
-            native["resources_default"] = {"walltime": "01:00:00"}
-            native["resources_assigned"] = {"ncpus": assigned[name][0], "nodect": assigned[name][1]}
-            native["enabled"] = "True"
-            native["started"] = "True"
-            out[name] = native
-        return out
-
-    def _document(self, section: str, body: dict[str, Any]) -> bytes:
-        return orjson.dumps(
-            {
-                "timestamp": int(self._now),
-                "pbs_version": PBS_VERSION,
-                "pbs_server": self.server,
-                section: body,
-            }
-        )
+        return {
+            name: render.queue_record(name, c, *assigned[name], self.cpus_per_node)
+            for name, c in counts.items()
+        }
 
     def pbsnodes_json(self) -> bytes:
         """The whole document ``pbsnodes -av -F json`` prints."""
-        return self._document("nodes", self.nodes())
+        return render.document(self._now, self.server, "nodes", self.nodes())
 
     def qstat_queues_json(self) -> bytes:
         """The whole document ``qstat -Q -f -F json`` prints."""
-        return self._document("Queue", self.queues())
+        return render.document(self._now, self.server, "Queue", self.queues())
 
     # Faults --------------------------------------------------------------------------
     def fault(self, kind: str, count: int = 1) -> None:
-        """Make the next ``count`` stats misbehave: ``fail`` (the job stat
-        raises StatError), ``empty`` (it returns no job), ``short`` (it returns
-        ~10% of the jobs), ``history_fail`` (the history look-up raises).  The
-        simulation itself, and its ground truth, are unaffected."""
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {kind!r} (choose from {', '.join(FAULT_KINDS)})")
-        if count < 1:
-            raise ValueError("count must be at least 1")
-        self._faults.append([kind, count])
+        """Make the next ``count`` stats misbehave (see :mod:`jobtap.sim.faults`
+        for the kinds).  The simulation itself, and its ground truth, are
+        unaffected."""
+        self._faults.add(kind, count)
 
     @property
     def pending_faults(self) -> list[tuple[str, int]]:
-        return [(kind, count) for kind, count in self._faults]
+        return self._faults.pending
 
     def take_fault(self, kinds: Iterable[str]) -> str | None:
         """Consume one pending fault among ``kinds`` (oldest first)."""
-        wanted = set(kinds)
-        for i, entry in enumerate(self._faults):
-            if entry[0] in wanted:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._faults[i]
-                return entry[0]
-        return None
+        return self._faults.take(kinds)
 
     # Benchmarks ----------------------------------------------------------------------
     def mutate_fraction(

@@ -15,7 +15,7 @@ from helpers import check_against_truth, drain
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
-from jobtap.sim.backend import SimBackend
+from jobtap.sim import SimBackend
 
 SITE = "e2e"
 K = SiteKeys(SITE)

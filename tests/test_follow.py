@@ -13,7 +13,7 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.follow import PokeReader, poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
-from jobtap.sim.backend import SimBackend
+from jobtap.sim import SimBackend
 
 SITE = "follow1"
 K = SiteKeys(SITE)

@@ -19,16 +19,10 @@ import pytest
 
 from jobtap.collector.backends.base import StatError
 from jobtap.schema import CANCELLED, COMPLETED, FAILED, HELD, QUEUED, RUNNING, TERMINAL
-from jobtap.sim.backend import SimBackend
-from jobtap.sim.model import (
-    EXIT_NODE_FAIL,
-    EXIT_QDEL,
-    EXIT_WALLTIME,
-    SERVER,
-    START,
-    Simulation,
-    pbs_state,
-)
+from jobtap.sim import SimBackend, Simulation
+from jobtap.sim.model import START
+from jobtap.sim.pbs import EXIT_NODE_FAIL, EXIT_QDEL, EXIT_WALLTIME, SERVER
+from jobtap.sim.truth import pbs_state
 
 HAVE_PBS = importlib.util.find_spec("jobtap.collector.backends.pbs") is not None
 PBS_TIME = "%a %b %d %H:%M:%S %Y"
