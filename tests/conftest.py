@@ -1,24 +1,34 @@
-from __future__ import annotations
+"""Fixtures every part of the suite uses: a real redis-server on a free loopback
+port, started fresh for each test (so a test may kill, restart or wipe it), and
+clients of it."""
 
-import os
-import sys
-from pathlib import Path
+from __future__ import annotations
 
 import pytest
 
 from jobtap.cli.localredis import RedisServer
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-
-def fixtures_dir() -> Path:
-    return Path(os.environ.get("JOBTAP_FIXTURES", ROOT.parent / "shared" / "fixtures"))
-
 
 @pytest.fixture
 def redis_server(tmp_path):
     server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def durable_redis(tmp_path):
+    """A redis-server that keeps its data across a clean restart (AOF)."""
+    server = RedisServer(tmp_path / "redis", args=["--appendonly", "yes"]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def reloadable_redis(tmp_path):
+    """A redis-server whose data a test may send back to an older snapshot
+    without restarting it (tests.support.redisloss.reload_from)."""
+    server = RedisServer(tmp_path / "redis", args=["--enable-debug-command", "local"]).start()
     yield server
     server.stop()
 
@@ -36,3 +46,12 @@ def rd(redis_server):
     client = redis_server.client(decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture(autouse=True)
+def collector_state_home(tmp_path, monkeypatch):
+    """A collector a test starts (in-process or as `jobtap collector`) keeps its
+    host state (the site's epoch and last cycle) under the test's own directory,
+    never in /var/lib/jobtap or ~/.local/state, and starts with none."""
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))

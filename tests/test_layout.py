@@ -12,15 +12,26 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
     "sdk": ("jobtap", set()),
     "workers": ("jobtap.workers", {"jobtap"}),
-    "collector": ("jobtap.collector", {"jobtap", "jobtap.workers.chunk"}),
+    "collector": (
+        "jobtap.collector",
+        {"jobtap", "jobtap.workers.chunk", "jobtap.workers.epoch"},
+    ),
     "sim": ("jobtap.sim", {"jobtap", "jobtap.collector.backends"}),
     "acl": ("jobtap.acl", {"jobtap"}),
     "cli": (
         "jobtap.cli",
         {"jobtap", "jobtap.collector", "jobtap.workers", "jobtap.acl", "jobtap.sim"},
     ),
+    "psij_executors": ("jobtap.psij", {"jobtap"}),
 }
-SUBPACKAGES = ("jobtap.collector", "jobtap.workers", "jobtap.cli", "jobtap.acl", "jobtap.sim")
+SUBPACKAGES = (
+    "jobtap.collector",
+    "jobtap.workers",
+    "jobtap.cli",
+    "jobtap.acl",
+    "jobtap.sim",
+    "jobtap.psij",
+)
 
 
 def imported(path: Path, package: str) -> set[str]:

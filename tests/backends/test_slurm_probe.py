@@ -1,0 +1,108 @@
+"""The Slurm backend's probe and targeted-stat parsers against output captured
+from a real Slurm 22.05.8 (tests/backends/data/slurm/README.txt says how), and
+what they refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobtap.collector.backends import slurm_rest
+from jobtap.collector.backends.base import StatError
+from jobtap.collector.backends.slurm import (
+    PROBE_FIELDS,
+    SlurmBackend,
+    openapi_version,
+    parse_probe,
+    squeue_jobs,
+)
+from tests.support.paths import fixtures_dir
+
+DATA = Path(__file__).with_name("data") / "slurm"
+
+
+def test_probe_lines_are_keyed_like_squeue_json():
+    named = parse_probe((DATA / "probe.txt").read_bytes())
+    # plain jobs, a split array task under its array id, pending tasks one by one
+    assert set(named) == {"2195", "2200_1", "2200_2", "2200_3", "2200_4", "2207", "2204",
+                          "2205_1", "2205_2", "2205_3", "2206"}  # fmt: skip
+    assert named["2205_1"].startswith("RUNNING|None|")  # its own line, not the pending one
+    assert named["2205_2"] == named["2205_3"] and named["2205_2"].startswith("PENDING|")
+    assert named["2207"].startswith("FAILED|NonZeroExitCode|")
+    assert "2208" not in named  # the task's own job number is not one of its ids
+
+
+def test_a_probe_line_that_moved_has_another_signature():
+    line = (DATA / "probe.txt").read_text().splitlines()[4]  # 2204, held
+    released = line.replace("PENDING|JobHeldUser|0|", "PENDING|Priority|4294901580|")
+    assert parse_probe(line)["2204"] != parse_probe(released)["2204"]
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "slurm_load_jobs error: Unable to contact slurm controller",
+        "2204|2204|N/A|PENDING",  # too few fields
+        "x|2204|N/A" + "|z" * (len(PROBE_FIELDS) - 3),  # not a job number
+        "<html>" + "|" * (len(PROBE_FIELDS) - 1),
+    ],
+)
+def test_a_garbled_probe_is_a_failed_stat(garbage):
+    good = (DATA / "probe.txt").read_text()
+    with pytest.raises(StatError, match="not a job"):
+        parse_probe(good + garbage + "\n")
+
+
+def test_an_empty_probe_lists_no_job():
+    assert parse_probe(b"") == {}
+
+
+def test_slurmrestd_answers_up_to_the_one_that_closes_the_connection():
+    got = slurm_rest.answers((DATA / "slurmrestd-job-answers.http").read_bytes())
+    assert [status for status, _ in got] == [200, 500]
+    (status, doc), (bad_status, bad) = got
+    assert openapi_version(doc) == "v0.0.38"
+    jobs = squeue_jobs(doc, "slurmrestd")
+    assert list(jobs) == ["2207"] and jobs["2207"]["job_state"] == "FAILED"
+    assert slurm_rest.unknown_job(bad_status, bad) and not slurm_rest.unknown_job(status, doc)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"slurmrestd: fatal: slurmrestd should not be run as the root user.\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{}",  # cut short
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",  # not JSON
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}",  # no length
+    ],
+)
+def test_slurmrestd_garbage_is_a_failed_stat(raw):
+    with pytest.raises(StatError, match="slurmrestd"):
+        slurm_rest.answers(raw)
+
+
+def test_requests_are_pipelined_in_order():
+    raw = slurm_rest.requests("v0.0.38", ["12", "13"])
+    assert raw.count(b"GET /slurm/v0.0.38/job/") == 2
+    assert raw.index(b"/job/12 ") < raw.index(b"/job/13 ")
+
+
+def test_without_slurmrestd_a_targeted_stat_is_one_listing(tmp_path):
+    """slurmrestd missing: the backend says so once and lists every job instead
+    (squeue here is a script that prints a captured squeue --json)."""
+    squeue = tmp_path / "squeue"
+    fixture = fixtures_dir() / "slurm" / "squeue-mixed.json"
+    if not fixture.is_file():
+        pytest.skip(f"Slurm fixtures not found at {fixture}")
+    squeue.write_text(f"#!/bin/sh\ncat {fixture}\n")
+    squeue.chmod(0o755)
+    backend = SlurmBackend(squeue=str(squeue), slurmrestd=str(tmp_path / "no-slurmrestd"),
+                           sacct=str(tmp_path / "no-sacct"))  # fmt: skip
+    listed = backend.stat_jobs()
+    some = sorted(listed)[:2]
+    before = backend.cost.commands
+    assert backend.stat_some(some) == {j: listed[j] for j in some}
+    assert backend.cost.commands - before == 2  # env slurmrestd (not found) + squeue --json
+    assert backend.stat_some(some) == {j: listed[j] for j in some}
+    assert backend.cost.commands - before == 3  # noted once: now straight to squeue --json

@@ -1,0 +1,254 @@
+"""The observation plan's tiers on the simulated cluster: probe cycles stat only
+what changed, a reconciliation catches what the probe cannot see, a probe that
+fails or prints garbage changes nothing, and everything is checked against the
+simulation's ground truth.
+
+The plan's clock is the simulation's, so "every 600 s" means simulated seconds.
+Nothing here waits on time: every cycle runs synchronously and ``drain`` applies
+what it shipped with a real rq worker before anything is asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobtap.collector.cycle import Collector, CycleFailed
+from jobtap.collector.plan import PROBE, RECONCILE
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.sim import SimBackend
+from tests.support.pipeline import check_against_truth, drain, meta, site_events
+
+SITE = "tiers"
+K = SiteKeys(SITE)
+
+
+class Clock:
+    """The plan's clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def collector(r, backend: SimBackend, clock=None, **kw) -> Collector:
+    """A collector on ``backend`` whose plan runs on ``clock`` (default: the
+    simulation's).  The simulation first runs a little, so that its warm
+    start (every job stamped at the same second) is older than the overlap."""
+    sim = backend.simulation
+    sim.advance(10)
+    kw.setdefault("reconcile_every", 600)
+    return Collector(
+        backend, r, site=SITE, nodes_every=10**6, clock=clock or (lambda: sim.now), **kw
+    )
+
+
+def job_events(r, job_id: str) -> list[dict]:
+    return [e for e in site_events(r, SITE) if e["object_id"] == job_id]
+
+
+def queued_jobs(backend: SimBackend, n: int) -> list[str]:
+    """``n`` queued jobs that are not arrays (stable for a few simulated seconds)."""
+    live = backend.simulation.live_jobs()
+    ids = [j for j, rec in live.items() if rec["job_state"] == "Q" and "[" not in j]
+    assert len(ids) >= n
+    return ids[:n]
+
+
+def test_probe_cycles_stat_only_what_changed(r):
+    backend = SimBackend(seed=3, nodes=20, jobs=400, tick=30)
+    col = collector(r, backend)
+    first = col.run_cycle()
+    assert first.tier == RECONCILE and first.counts["jobs"] >= 300
+    drain(r, SITE)
+    reports = [col.run_cycle() for _ in range(8)]  # 240 simulated seconds
+    drain(r, SITE)
+    assert [rep.tier for rep in reports] == [PROBE] * 8
+    live = backend.simulation.live_count
+    for rep in reports:
+        # one qselect and at most one qstat of the named jobs, never the full list
+        assert rep.costs["probe"][0] == 1
+        assert rep.costs.get("stat", [0])[0] <= 1
+        assert "jobs" not in rep.counts
+        assert rep.counts["targeted"] < live / 2
+    assert sum(rep.counts["changed"] for rep in reports) > 0
+    assert not any("vanished_no_history" in rep.counts for rep in reports)  # records only
+    assert any(e["type"] == "final" for e in site_events(r, SITE)[first.counts["changed"] :])
+
+
+def test_tiers_against_ground_truth(r):
+    """Probe cycles with a reconciliation every ten, some probes failing, lying
+    or blind: the stream still says exactly what the jobs did."""
+    backend = SimBackend(seed=7, nodes=30, jobs=500, tick=120)
+    sim = backend.simulation
+    svc = CollectorService(collector(r, backend, reconcile_every=1200), interval=0)
+    stat_times = []
+    tiers = []
+    faults = {7: "probe_fail", 12: "probe_garbage", 17: "probe_blind", 23: "fail"}
+    for i in range(40):
+        if i in faults:
+            backend.fault(faults[i])
+        ok = svc.run_one()
+        assert ok == (faults.get(i) not in ("probe_fail", "probe_garbage", "fail")), i
+        if ok:
+            stat_times.append(sim.now)
+            tiers.append(meta(r, SITE)["last_tier"])
+        if i % 3 == 2:
+            drain(r, SITE)
+    svc.collector.run_cycle(tier=RECONCILE)  # the last stat sees everything
+    stat_times.append(sim.now)
+    drain(r, SITE)
+    by_job, checked = check_against_truth(r, SITE, sim, stat_times)
+    assert checked >= 80, checked
+    assert tiers.count(PROBE) >= 30 and tiers.count(RECONCILE) >= 3, tiers
+    m = meta(r, SITE)
+    assert int(m["cycles_probe"]) == tiers.count(PROBE)
+    assert int(m["cycles_failed"]) == 3
+
+
+def test_a_change_the_probe_cannot_see_is_found_by_the_next_reconciliation(r):
+    backend = SimBackend(seed=4, nodes=10, jobs=150, tick=0)
+    sim = backend.simulation
+    clock = Clock()
+    col = collector(r, backend, clock=clock)
+    col.run_cycle()
+    drain(r, SITE)
+    hidden, marker = queued_jobs(backend, 2)
+    sim.advance(2)
+    sim.alter(hidden, "comment", "changed without moving mtime", moves_mtime=False)
+    sim.alter(marker, "comment", "a change qselect sees")
+    clock.t += 5
+    rep = col.run_cycle()
+    drain(r, SITE)
+    assert rep.tier == PROBE
+    # the marker's change, made after the hidden one, arrived; the hidden one did not
+    assert [e["changes"].get("comment") for e in job_events(r, marker)][-1][1] == (
+        "a change qselect sees"
+    )
+    assert [e["type"] for e in job_events(r, hidden)] == ["new"]
+    clock.t += 600
+    rep = col.run_cycle()
+    drain(r, SITE)
+    assert rep.tier == RECONCILE
+    last = job_events(r, hidden)[-1]
+    assert last["type"] == "update"
+    assert last["changes"]["comment"][1] == "changed without moving mtime"
+
+
+def test_a_clock_skew_past_the_overlap_is_caught_by_the_reconciliation(r):
+    """The collector's clock runs 30 s ahead of the server's, the overlap is
+    2 s: a change made just after a probe falls outside the next probe's
+    window, and the reconciliation ships it."""
+    backend = SimBackend(seed=8, nodes=10, jobs=150, tick=0, clock_skew=30, overlap=2)
+    sim = backend.simulation
+    clock = Clock()
+    col = collector(r, backend, clock=clock)
+    col.run_cycle()
+    drain(r, SITE)
+    (job,) = queued_jobs(backend, 1)
+    sim.advance(1)
+    sim.alter(job, "Job_Name", "renamed")
+    sim.advance(4)
+    clock.t += 5
+    rep = col.run_cycle()
+    drain(r, SITE)
+    assert rep.tier == PROBE and job not in col.plan.signatures
+    assert rep.counts["targeted"] == 0 and rep.counts.get("chunks", 0) == 0
+    assert [e["type"] for e in job_events(r, job)] == ["new"]
+    clock.t += 600
+    assert col.run_cycle().tier == RECONCILE
+    drain(r, SITE)
+    assert job_events(r, job)[-1]["record"]["name"] == "renamed"
+
+
+@pytest.mark.parametrize("fault", ["probe_fail", "probe_garbage", "fail"])
+def test_a_failed_probe_or_targeted_stat_changes_nothing_and_finalises_nothing(r, fault):
+    """A probe that fails or prints garbage, or a targeted stat that fails,
+    fails the cycle: nothing is shipped, nothing is remembered, and the next
+    probe finds the same changes (jobs that ended included)."""
+    backend = SimBackend(seed=6, nodes=10, jobs=200, tick=0)
+    sim = backend.simulation
+    col = collector(r, backend, clock=Clock())
+    col.run_cycle()
+    drain(r, SITE)
+    before = r.xlen(K.events)
+    since, seen = col.plan.since, dict(col.tracker.of("job"))
+    ended = sum(sim.stats[state] for state in ("completed", "failed", "cancelled"))
+    for _ in range(40):  # jobs start, get held... until one has ended too
+        sim.advance(15)
+        if sum(sim.stats[state] for state in ("completed", "failed", "cancelled")) > ended:
+            break
+    backend.fault(fault)
+    with pytest.raises(CycleFailed):
+        col.run_cycle()
+    drain(r, SITE)
+    assert r.xlen(K.events) == before
+    assert col.plan.since == since and col.tracker.of("job") == seen
+    rep = col.run_cycle()
+    drain(r, SITE)
+    assert rep.tier == PROBE and rep.counts["changed"] > 0
+    finals = [e for e in site_events(r, SITE)[before:] if e["type"] == "final"]
+    assert finals, "the jobs that ended meanwhile were found by the next probe"
+
+
+def test_a_probe_naming_too_many_jobs_becomes_a_reconciliation(r):
+    backend = SimBackend(seed=9, nodes=10, jobs=200, tick=0)
+    col = collector(r, backend, clock=Clock(), max_targeted=5)
+    col.run_cycle()
+    drain(r, SITE)
+    backend.simulation.advance(900)
+    rep = col.run_cycle()
+    assert rep.tier == RECONCILE and rep.counts["escalated"] == 1
+    assert rep.counts["jobs"] == backend.simulation.live_count
+
+
+def test_follow_mode_refreshes_poked_jobs_without_a_full_listing(r):
+    backend = SimBackend(seed=10, nodes=10, jobs=100, tick=0)
+    col = collector(r, backend)
+    col.run_cycle()
+    drain(r, SITE)
+    (job,) = queued_jobs(backend, 1)
+    backend.simulation.alter(job, "comment", "poked")
+    rep = col.refresh([job])
+    drain(r, SITE)
+    assert rep.costs["stat"][0] == 1 and rep.counts["changed"] == 1
+    assert job_events(r, job)[-1]["changes"]["comment"][1] == "poked"
+
+
+def test_meta_and_status_say_which_tier_ran_and_what_it_cost(r, redis_server):
+    from click.testing import CliRunner
+
+    from jobtap.cli.status import status
+
+    backend = SimBackend(seed=11, nodes=10, jobs=100, tick=30, measure=True)
+    svc = CollectorService(collector(r, backend), interval=5, backend_name="sim")
+    svc.write_meta_start()
+    for _ in range(3):
+        assert svc.run_one()
+    m = meta(r, SITE)
+    assert m["last_tier"] == PROBE and m["cycles_reconcile"] == "1" and m["cycles_probe"] == "2"
+    assert int(m["reconcile_last_bytes"]) > int(m["probe_last_bytes"]) > 0
+    out = CliRunner().invoke(status, ["--redis", redis_server.url, "--site", SITE]).output
+    probe_line = next(line for line in out.splitlines() if "probe" in line)
+    reconcile_line = next(line for line in out.splitlines() if "reconcile" in line)
+    assert "*probe" in probe_line and "every 5s" in probe_line and "(2 cycles)" in probe_line
+    assert "every 600.0s" in reconcile_line and "commands" in reconcile_line
+
+
+def test_without_its_probe_command_the_collector_stats_every_job(tmp_path, monkeypatch, r):
+    """PBS without qselect: the first probe cycle says so once (a warning in
+    meta) and becomes a full stat; every later cycle is one too."""
+    from tests.support.paths import fixtures_dir
+    from tests.support.pipeline import FakePBS
+
+    pbs = FakePBS(tmp_path, fixtures_dir() / "pbs", monkeypatch)
+    pbs.set("10-busy")
+    col = Collector(pbs.backend(qselect=str(tmp_path / "no-qselect")), r, site=SITE)
+    svc = CollectorService(col, interval=5, backend_name="pbs")
+    assert svc.run_one() and svc.run_one()
+    m = meta(r, SITE)
+    assert m["last_tier"] == RECONCILE and m["cycles_reconcile"] == "2"
+    assert "no probe" in m["last_warning"] and "command not found" in m["last_warning"]
+    assert svc.run_one() and meta(r, SITE)["last_warning"] == ""  # said once
+    assert meta(r, SITE)["cycles_reconcile"] == "3"

@@ -1,0 +1,320 @@
+"""Follow mode on a real Slurm 22.05 (deploy/slurm/start.sh): PrologSlurmctld and
+EpilogSlurmctld run deploy/slurm/jobtap-slurmctld-hook.sh, which pokes the
+site's poke stream; ``jobtap collector --follow`` refreshes the poked jobs at
+once with ``SlurmBackend.stat_some`` and ships them through the same path as its
+full cycles, which stay the reconciliation.
+
+Slurm: the session's one ``slurm`` fixture (tests/live/conftest.py) and the
+helpers of tests/support/slurm.py.  The hook alone needs no Slurm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import jobtap
+from jobtap.collector.backends.base import StatError
+from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.fingerprint import fingerprint
+from jobtap.keys import SiteKeys
+from tests.support.paths import ROOT
+from tests.support.pipeline import chunks_not_applied, drain, meta
+from tests.support.reaper import run_reaped
+from tests.support.slurm import SITE, Harness, _cmd, assert_lifecycle, sbatch, squeue_ids
+from tests.support.wait import eventually
+
+K = SiteKeys(SITE)
+HOOK = ROOT / "deploy" / "slurm" / "jobtap-slurmctld-hook.sh"
+HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")  # where the installed hook looks
+JOBTAP = Path(sys.executable).with_name("jobtap")
+POLL_INTERVAL = 30.0  # the collector's full cycles in the follow test
+PUSH_WITHIN = 5.0  # seconds from a job's end to its final, at most
+
+pytestmark = pytest.mark.timeout(900)  # the first test may wait for the lock
+
+
+# The hook's settings ------------------------------------------------------------------
+def write_hook_env(path: Path, url: str, site: str, log: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"# jobtap test {os.getpid()}\nJOBTAP_SITE={site}\nJOBTAP_REDIS={url}\n"
+        f"JOBTAP_BIN={JOBTAP}\nJOBTAP_HOOK_LOG={log}\n"
+    )
+    path.chmod(0o600)
+
+
+@pytest.fixture
+def hook_env(slurm, redis_server, tmp_path):
+    """Point the installed hook at this test's Redis (the file of a real set-up,
+    if any, is put back afterwards).  Yields the hook's log file."""
+    log = tmp_path / "hook.log"
+    saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
+    made_dir = not HOOK_ENV.parent.exists()
+    write_hook_env(HOOK_ENV, redis_server.url, SITE, log)
+    try:
+        yield log
+    finally:
+        if saved is None:
+            HOOK_ENV.unlink(missing_ok=True)
+            if made_dir:
+                with contextlib.suppress(OSError):
+                    HOOK_ENV.parent.rmdir()
+        else:
+            HOOK_ENV.write_bytes(saved)
+            HOOK_ENV.chmod(0o600)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+# The hook alone (no Slurm needed) ----------------------------------------------------
+def run_hook(
+    env_file: Path | None, *, reap: bool = False, **slurm_env: str
+) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the hook as slurmctld would; return how it ended and how long it took.
+    With ``reap``, return only once the poke it started in the background has
+    exited too (tests/support/reaper.py)."""
+    env = {"PATH": "/usr/bin:/bin", **slurm_env}
+    if env_file is not None:
+        env["JOBTAP_HOOK_ENV"] = str(env_file)
+    run = run_reaped if reap else subprocess.run
+    t0 = time.monotonic()
+    proc = run(
+        ["bash", str(HOOK)], env=env, capture_output=True, text=True, timeout=30,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return proc, time.monotonic() - t0
+
+
+def pokes(r) -> list[str]:
+    return [f[b"ids"].decode() for _, f in r.xrange(K.pokes)]
+
+
+def test_hook_pokes_in_the_background_and_always_exits_0(redis_server, r, tmp_path):
+    """The hook exits 0 at once and pokes in the background, the array task as
+    ARRAY_TASK; with no settings, odd ids or Redis away it does nothing and
+    still exits 0; it never leaves the caller's pipes open (slurmctld would
+    keep the job CONFIGURING or COMPLETING until they close)."""
+    env_file = tmp_path / "slurm-hook.env"
+    log = tmp_path / "hook.log"
+    write_hook_env(env_file, redis_server.url, SITE, log)
+    proc, took = run_hook(env_file, SLURM_JOB_ID="41", SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    # capture_output returned: the background poke did not hold stdout/stderr
+    assert proc.returncode == 0 and proc.stdout == proc.stderr == "", proc
+    assert took < 1.0, f"the hook took {took:.2f}s"
+    run_hook(env_file, SLURM_JOB_ID="25", SLURM_ARRAY_JOB_ID="20", SLURM_ARRAY_TASK_ID="3")
+    eventually(lambda: len(pokes(r)) == 2, timeout=20, what="both pokes")
+    assert sorted(pokes(r)) == ["20_3", "41"]
+
+    # Nothing to do: no settings file, a file without the Redis URL, an odd id.
+    # Each run is reaped: a poke it started would have reached Redis by its end.
+    proc, _ = run_hook(tmp_path / "missing.env", reap=True, SLURM_JOB_ID="42")
+    assert proc.returncode == 0
+    bare = tmp_path / "bare.env"
+    bare.write_text(f"JOBTAP_SITE={SITE}\n")
+    proc, _ = run_hook(bare, reap=True, SLURM_JOB_ID="43")
+    assert proc.returncode == 0
+    proc, _ = run_hook(env_file, reap=True, SLURM_JOB_ID="44;true")
+    assert proc.returncode == 0
+    # Redis away: still 0 at once; the poke's complaint goes to the hook's log.
+    away = tmp_path / "away.env"
+    write_hook_env(away, "redis://127.0.0.1:1/0", SITE, log)
+    proc, took = run_hook(away, SLURM_JOB_ID="45")
+    assert proc.returncode == 0 and took < 1.0
+    eventually(lambda: "not delivered" in log.read_text(), timeout=20, what="the complaint")
+    assert sorted(pokes(r)) == ["20_3", "41"]
+
+
+# The backend's targeted stat ---------------------------------------------------------
+NOTHING_FOUND = (  # sacct --json -j 999999 of Slurm 22.05.8 (exit status 0), less its meta
+    '{"errors": [{"description": "Nothing found", "error_number": 9003, "error":'
+    ' "Nothing found with query", "source": "slurmdb_jobs_get"}], "jobs": []}'
+)
+
+
+def fake_command(path: Path, output: str) -> str:
+    path.write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_ids_sacct_does_not_know_are_absent_not_a_failure(tmp_path):
+    """22.05's sacct reports "Nothing found" as an error when it knows none of
+    the ids: history() (and so stat_some() and a full cycle's history step)
+    reads that as "none of them"; any other complaint is still a failed stat."""
+    empty = '{"errors": [], "jobs": []}'
+    squeue = fake_command(tmp_path / "squeue", empty)
+    sacct = fake_command(tmp_path / "sacct", NOTHING_FOUND)
+    backend = SlurmBackend(squeue=squeue, sacct=sacct, timeout=10)
+    assert backend.history(["999999", "999999_1"]) == {}
+    assert backend.stat_some(["999999"]) == {}
+    other = NOTHING_FOUND.replace("9003", "9002")
+    backend = SlurmBackend(squeue=squeue, sacct=fake_command(tmp_path / "sacct2", other))
+    with pytest.raises(StatError, match="Nothing found"):
+        backend.history(["999999"])
+
+
+def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog):
+    """``stat_some``: a running job and a running array task as ``squeue`` shows
+    them, a finished job still in ``squeue`` (exit 4), a job ``squeue`` already
+    purged from ``sacct`` (exit 6), unknown ids absent; the same fingerprints as
+    ``stat_jobs``/``history``.  A refresh ships them, and the full cycle right
+    after it ships nothing more for them."""
+    backend = SlurmBackend(timeout=30)
+    purged = sbatch("--wrap", "exit 6", "-J", "sts_purged")
+    live = sbatch("--wrap", "sleep 120", "-J", "sts_live")
+    arr = sbatch("--array=1-2", "--wrap", "sleep 120", "-J", "sts_arr")
+    task = f"{arr}_1"
+    eventually(lambda: purged not in squeue_ids(), timeout=90, interval=1, what="purged gone")
+    done = sbatch("--wrap", "exit 4", "-J", "sts_done")
+    states = {live: "RUNNING", task: "RUNNING", done: "FAILED"}
+
+    def settled():
+        jobs = backend.stat_jobs()
+        return all(jobs.get(j, {}).get("job_state") == s for j, s in states.items())
+
+    eventually(settled, timeout=30, interval=0.2, what="jobs running and finished")
+    unknown = ["999999", "999999_1", "abc", f"{arr}_77", ""]
+    wanted = [live, task, done, purged, *unknown]
+
+    some = backend.stat_some(wanted)
+    full = backend.stat_jobs()
+    history = backend.history([purged])
+    assert set(some) == {live, task, done, purged}
+    for job_id in (live, task, done):
+        assert fingerprint(some[job_id]) == fingerprint(full[job_id]), job_id
+    assert purged not in full and isinstance(some[purged]["state"], dict)  # from sacct
+    assert fingerprint(some[purged]) == fingerprint(history[purged])
+    assert backend.stat_some([]) == {} and backend.stat_some(unknown) == {}
+    assert not [rec for rec in caplog.records if rec.levelname == "WARNING"], caplog.text
+
+    # The collector: a refresh, then a full cycle, then the same refresh again.
+    h = Harness(r)
+    report = h.collector.refresh(wanted)
+    drain(r, SITE)
+    assert report.counts["jobs"] == 4 and report.counts["changed"] == 4, report.counts
+    before = {j: h.events(j) for j in (live, task, done, purged)}
+    assert h.final(done)["exit_status"] == 4 and h.final(done)["state"] == "failed"
+    assert h.final(purged)["exit_status"] == 6 and h.final(purged)["native"]["state"]
+    assert [e["type"] for e in before[live]] == ["new"]
+    assert before[task][0]["record"]["array_parent"] == arr
+    assert h.cycle()
+    drain(r, SITE)
+    for job_id, events in before.items():
+        assert h.events(job_id) == events, f"the full cycle shipped {job_id} again"
+    # Poked again: nothing changed for those squeue lists.  The purged job was
+    # forgotten by that cycle (finished and gone), so it is shipped once more,
+    # and the worker drops it (its final went out): still no event.
+    assert h.collector.refresh([live, task, done]).counts["changed"] == 0
+    h.collector.refresh(wanted)
+    drain(r, SITE)
+    for job_id, events in before.items():
+        assert h.events(job_id) == events, f"a second poke shipped {job_id} again"
+
+    # The running job ends: the refresh ships its final, the next cycle nothing.
+    _cmd("scancel", live)
+    eventually(
+        lambda: backend.stat_some([live])[live]["job_state"] == "CANCELLED",
+        timeout=30,
+        interval=0.2,
+        what="cancelled job settled",
+    )
+    assert h.collector.refresh([live]).counts["changed"] == 1
+    drain(r, SITE)
+    assert h.cycle()
+    assert_lifecycle(h, live, final=("cancelled", 271), reason=None)
+    assert len(h.events(live)) == 2
+
+
+# The whole path: Slurm's hooks, the collector, a worker, the SDK -----------------------
+def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, redis_server, r):
+    """``jobtap collector --follow --interval 30`` and ``jobtap worker`` as
+    processes; jobs that succeed, exit 3 and run as array tasks: each one's
+    final reaches an SDK subscriber within seconds of the job's end (its script
+    writes the time as its last act), long before the next full cycle; then
+    that full cycle runs and adds nothing: one final each, the last event,
+    versions 1, 2, 3..."""
+    url, tmp = redis_server.url, hook_env.parent
+    logs = open(tmp / "services.log", "ab")
+    common = ["--redis", url, "--site", SITE]
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "jobtap.cli", "worker", *common],
+        cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "jobtap.cli", "collector", "--backend", "slurm", "--follow",
+         "--interval", str(POLL_INTERVAL), *common],
+        cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    finals: dict[str, tuple[float, jobtap.Change]] = {}
+    got = threading.Condition()
+
+    def on_change(change: jobtap.Change) -> None:
+        if change.final:
+            with got:
+                finals.setdefault(change.object_id, (time.time(), change))
+                got.notify_all()
+
+    client = jobtap.Client(url, site=SITE)
+    try:
+        eventually(
+            lambda: meta(r, SITE).get("cycles_ok") == "1", timeout=30, what="the first cycle"
+        )
+        first_cycle = time.monotonic()
+        client.subscribe(on_change, user="root", initial=False)
+        stamp = str(tmp / "end")
+        ok = sbatch("--wrap", f"sleep 2; date +%s.%N > {stamp}.ok", "-J", "follow_ok")
+        fail = sbatch("--wrap", f"sleep 2; date +%s.%N > {stamp}.fail; exit 3", "-J", "follow_3")
+        arr = sbatch(
+            "--array=1-2", "--wrap", f"sleep 3; date +%s.%N > {stamp}.$SLURM_ARRAY_TASK_ID"
+        )
+        ends = {ok: f"{stamp}.ok", fail: f"{stamp}.fail", f"{arr}_1": f"{stamp}.1",
+                f"{arr}_2": f"{stamp}.2"}  # fmt: skip
+        with got:
+            got.wait_for(lambda: set(ends) <= set(finals), timeout=POLL_INTERVAL - 8)
+        assert set(ends) <= set(finals), (
+            f"finals by push: {sorted(finals)} of {sorted(ends)}; services log: "
+            + (tmp / "services.log").read_text()[-2000:]
+        )
+        pushed_by = time.monotonic()
+        m = meta(r, SITE)
+        assert m["cycles_ok"] == "1" and int(m["refreshes"]) >= 1, m  # pushed, not polled
+        for job_id, path in ends.items():
+            ended = float(Path(path).read_text())
+            latency = finals[job_id][0] - ended
+            assert 0 < latency < PUSH_WITHIN, f"job {job_id}: final {latency:.2f}s after its end"
+        assert pushed_by - first_cycle < POLL_INTERVAL - 5
+
+        # The reconciliation: the next full cycle runs and ships nothing for them.
+        eventually(
+            lambda: meta(r, SITE).get("cycles_ok") == "2", timeout=40, what="the second cycle"
+        )
+        # the worker has applied whatever that cycle shipped
+        eventually(lambda: chunks_not_applied(r) == 0, timeout=30, what="the chunks applied")
+        assert collector.poll() is None and worker.poll() is None
+    finally:
+        client.close()
+        stop_process(collector)
+        stop_process(worker)
+        logs.close()
+    h = Harness(r)
+    assert_lifecycle(h, ok, final=("completed", 0), must_see=("running",), reason=None)
+    assert_lifecycle(h, fail, final=("failed", 3), must_see=("running",), reason="NonZeroExitCode")
+    for index in (1, 2):
+        assert_lifecycle(h, f"{arr}_{index}", final=("completed", 0), must_see=("running",))
+    assert "not delivered" not in (hook_env.read_text() if hook_env.exists() else "")

@@ -1,0 +1,101 @@
+"""The collector's tiers on the real Slurm 22.05 of deploy/slurm/start.sh: the
+probe (one compact ``squeue`` line per job), records of just the jobs whose
+line moved (``slurmrestd``, one single-job RPC each), ``squeue --json`` only for
+the reconciliation; checked with slurmctld's own counters (``sdiag``).
+
+Slurm: the ``slurm`` and ``clean`` fixtures of tests/live/conftest.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobtap.collector.plan import PROBE, RECONCILE
+from tests.support.pipeline import drain, meta
+from tests.support.slurm import SITE, Harness, _cmd, sbatch, sdiag_rpcs
+from tests.support.wait import eventually
+
+pytestmark = pytest.mark.timeout(900)  # the first test may wait for the lock
+
+FULL = "REQUEST_JOB_INFO"  # the RPC that packs every job (squeue, squeue --json)
+SINGLE = "REQUEST_JOB_INFO_SINGLE"  # one job (slurmrestd's GET /job/ID)
+
+
+def squeue_states(ids: list[str]) -> dict[str, str]:
+    out = _cmd("squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T")
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def test_short_jobs_between_two_probes_get_one_new_and_one_final(clean, r):
+    """Jobs submitted, run and ended between two probes: each gets exactly one
+    new and one final, with its exit status, through a probe cycle."""
+    h = Harness(r)
+    assert h.cycle() and meta(r, SITE)["last_tier"] == RECONCILE
+    expect = {
+        sbatch("--wrap", "true"): ("completed", 0),
+        sbatch("--wrap", "sleep 1"): ("completed", 0),
+        sbatch("--wrap", "exit 3"): ("failed", 3),
+        sbatch("--wrap", "sleep 1; exit 7"): ("failed", 7),
+        sbatch("--wrap", "kill -9 $$"): ("failed", 265),
+    }
+    ids = list(expect)
+
+    def all_ended() -> bool:
+        states = squeue_states(ids)
+        return len(states) == len(ids) and set(states.values()) <= {"COMPLETED", "FAILED"}
+
+    eventually(all_ended, timeout=60)
+    assert h.cycle() and meta(r, SITE)["last_tier"] == PROBE
+    for _ in range(2):
+        assert h.cycle()
+    h.collector.run_cycle(tier=RECONCILE)  # nothing more, whatever the tier
+    drain(r, SITE)
+    for job_id, (state, status) in expect.items():
+        events = h.events(job_id)
+        assert [(e["type"], e["version"]) for e in events] == [("new", 1), ("final", 2)], job_id
+        record = events[-1]["record"]
+        assert (record["state"], record["exit_status"]) == (state, status), job_id
+
+
+def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
+    """A probe cycle costs slurmctld one full listing (the probe) and one
+    single-job RPC per changed job; the records it ships are those of a full
+    stat, so the next reconciliation finds nothing to ship."""
+    h = Harness(r)
+    held = [sbatch("-H", "--wrap", "true", "-J", "held") for _ in range(6)]
+    running = sbatch("--wrap", "sleep 300", "-J", "long")
+    array = sbatch("--array=1-3%1", "--wrap", "sleep 300", "-J", "arr")
+    eventually(lambda: squeue_states([running]).get(running) == "RUNNING", timeout=30)
+    assert h.cycle()  # the reconciliation
+    _cmd("scontrol", "release", held[0])
+    _cmd("scontrol", "update", f"jobid={held[1]}", "timelimit=7")
+    _cmd("sdiag", "--reset")
+    report = h.collector.run_cycle(with_nodes=False)
+    rpcs = sdiag_rpcs()
+    drain(r, SITE)
+    assert report.tier == PROBE
+    assert report.counts["targeted"] == 2 and report.counts["changed"] == 2, report.counts
+    assert rpcs[FULL][0] == 1  # the probe, and only the probe
+    assert rpcs[SINGLE][0] == 2
+    assert h.events(held[1])[-1]["record"]["requested"]["walltime"] == "00:07:00"
+    again = h.collector.run_cycle(with_nodes=False, tier=RECONCILE)
+    drain(r, SITE)
+    assert again.counts["changed"] <= 1, again.counts  # held[0], released, may have started
+    for job_id in (*held[2:], running, f"{array}_1", f"{array}_2", f"{array}_3"):
+        assert [e["type"] for e in h.events(job_id)] == ["new"], job_id
+    assert [e["type"] for e in h.events(held[1])] == ["new", "update"]
+
+
+def test_follow_refresh_lists_no_job(clean, r):
+    """Follow mode's targeted refresh of poked jobs: single-job RPCs, never the
+    full listing (22.05's squeue --json cannot do fewer than every job)."""
+    h = Harness(r)
+    ids = [sbatch("-H", "--wrap", "true") for _ in range(3)]
+    assert h.cycle()
+    _cmd("scontrol", "update", f"jobid={ids[0]}", "timelimit=9")
+    _cmd("sdiag", "--reset")
+    report = h.collector.refresh(ids)
+    rpcs = sdiag_rpcs()
+    drain(r, SITE)
+    assert report.counts["changed"] == 1
+    assert FULL not in rpcs and rpcs[SINGLE][0] == 3
+    assert h.events(ids[0])[-1]["record"]["requested"]["walltime"] == "00:09:00"

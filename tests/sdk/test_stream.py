@@ -1,0 +1,196 @@
+"""stream(): plain resume, consumer groups with acks and crash recovery, dropping
+duplicates, resuming after Redis went away."""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+import pytest
+
+import jobtap
+from jobtap.cli.localredis import RedisServer
+from jobtap.dedupe import VersionMemory
+from tests.support.ids import eid
+from tests.support.sdk import SITE, K, Writer
+from tests.support.wait import eventually
+
+
+def all_ids(r, key=K.events) -> list[str]:
+    return [f[b"id"].decode() for _, f in r.xrange(key)]
+
+
+def fill(writer, jobs=10, versions=5) -> None:
+    for v in range(versions):
+        for i in range(jobs):
+            if v == 0:
+                writer.job(f"{i}.pbs", user="alice" if i % 2 else "bob")
+            else:
+                writer.job(f"{i}.pbs", comment=str(v))
+
+
+def test_plain_from_the_start_and_resume_from_last_id(client, writer, r):
+    fill(writer)
+    expected = all_ids(r)
+    s = client.stream(since="0", count=7, idle_timeout=0.3)
+    first = [next(s) for _ in range(12)]
+    assert [c.id for c in first] == expected[:12]
+    assert isinstance(first[0].record, jobtap.Job) and first[0].type == "new"
+    assert first[0].event["id"] == first[0].id and orjson.loads(first[0].json) == first[0].event
+    position = s.last_id
+    s.close()
+    rest = list(client.stream(since=position, idle_timeout=0.3))
+    assert [c.id for c in rest] == expected[12:]
+
+
+def test_default_is_new_events_only(client, writer, r):
+    fill(writer, jobs=2, versions=1)
+    s = client.stream(idle_timeout=1.0, block=0.1)
+    got: list[str] = []
+    t = threading.Thread(target=lambda: got.extend(c.id for c in s))
+    t.start()
+    # it reads with XREAD BLOCK once it knows where "new" starts
+    eventually(lambda: r.info("clients")["blocked_clients"], what="the stream blocked reading")
+    writer.job("0.pbs", comment="after")
+    t.join(5)
+    assert got == [eid(writer.applier.redis, SITE, "0.pbs", 2)]
+
+
+def test_user_stream(client, writer):
+    fill(writer, jobs=4, versions=2)
+    got = [c for c in client.stream(user="alice", since="0", idle_timeout=0.3)]
+    assert {c.user for c in got} == {"alice"} and len(got) == 4
+
+
+def test_duplicates_in_the_stream_are_dropped(client, writer, r):
+    fill(writer, jobs=3, versions=3)
+    entries = r.xrange(K.events)
+    # a replayed batch: the same events appended again, and an old version late
+    for _, fields in entries[:4]:
+        r.xadd(K.events, fields)
+    s = client.stream(since="0", idle_timeout=0.3)
+    got = [c.id for c in s]
+    assert got == [f[b"id"].decode() for _, f in entries]
+    assert s.duplicates == 4
+
+
+def test_version_not_newer_than_the_last_seen_is_dropped(client, writer, r):
+    writer.job("1.pbs")
+    writer.job("1.pbs", comment="a")
+    v1 = r.xrange(K.events)[0][1]
+    writer.job("1.pbs", comment="b")
+    r.xadd(K.events, v1)  # v1 again, after v3
+    got = [c.version for c in client.stream(since="0", idle_timeout=0.3)]
+    assert got == [1, 2, 3]
+
+
+def test_version_memory_rules():
+    m = VersionMemory(maxsize=2)
+    assert m.accept("s:a", 1, "new", (1, 0)) and not m.accept("s:a", 1, "new", (9, 0))
+    assert m.accept("s:a", 3, "update", (3, 0))
+    assert not m.accept("s:a", 2, "update", (4, 0))  # older version, later in the stream
+    assert m.accept("s:a", 2, "update", (2, 0))  # older version, earlier: never handed out
+    assert not m.accept("s:a", 2, "update", (2, 0))  # ... but only once
+    m = VersionMemory(maxsize=2)
+    assert m.accept("s:b", 1, "new") and m.accept("s:c", 1, "new") and m.accept("s:d", 1, "new")
+    assert len(m) == 2 and m.accept("s:b", 1, "new")  # forgotten: accepted again (bounded)
+    m = VersionMemory()
+    assert m.accept("s:node:n1", 1, "new", (1, 0)) and m.accept("s:node:n1", 2, "removed", (2, 0))
+    assert not m.accept("s:node:n1", 2, "update", (3, 0))
+    assert m.accept("s:node:n1", 1, "new", (4, 0))  # the node came back
+    assert m.accept("s:node:n1", 2, "update", (5, 0))
+
+
+def test_group_shares_events_and_acks_after_they_were_taken(client, writer, r):
+    fill(writer)
+    expected = all_ids(r)
+    a = client.stream(group="g", consumer="a", since="0", count=10, block=0.1)
+    b = client.stream(group="g", consumer="b", count=10, block=0.1, idle_timeout=0.5)
+    got_a = [next(a).id for _ in range(10)]
+    assert r.xpending(K.events, "g")["pending"] == 10  # taken, not acked yet
+    got_b = [c.id for c in b]
+    a.close()
+    assert sorted(got_a + got_b) == sorted(expected)
+    assert r.xpending(K.events, "g")["pending"] == 0
+
+
+def test_group_survives_a_consumer_crash(client, writer, r):
+    fill(writer)  # 50 events
+    expected = all_ids(r)
+    a = client.stream(group="g", consumer="a", since="0", count=10, claim_idle=0.3, block=0.1)
+    taken_a = [next(a).id for _ in range(15)]  # batch 1 acked when batch 2 was fetched
+    del a  # consumer "a" crashes: batch 2 (10 events, 5 handed out) stays pending
+    assert r.xpending(K.events, "g")["pending"] == 10
+    # a replay of some events lands in the stream meanwhile
+    for _, fields in r.xrange(K.events)[20:23]:
+        r.xadd(K.events, fields)
+    b = client.stream(
+        group="g", consumer="b", count=10, claim_idle=0.3, block=0.1, idle_timeout=1.5
+    )
+    got_b = [c.id for c in b]
+    assert b.claimed >= 10  # a's unacked events, redelivered
+    assert set(taken_a) | set(got_b) == set(expected)  # nothing lost
+    assert len(got_b) == len(set(got_b))  # duplicates dropped
+    assert b.duplicates == 3
+    assert set(got_b) >= set(expected[10:20])
+    assert r.xpending(K.events, "g")["pending"] == 0  # b acked all on close
+
+
+def test_restarted_consumer_first_reads_its_own_pending(client, writer, r):
+    fill(writer, jobs=2, versions=5)
+    a = client.stream(group="g", consumer="a", since="0", count=4)
+    [next(a) for _ in range(3)]
+    del a  # crash, then the same consumer comes back
+    again = client.stream(group="g", consumer="a", count=4, idle_timeout=0.5, block=0.1)
+    ids = [c.id for c in again]
+    assert ids == all_ids(r)  # its 4 pending first, then the rest
+
+
+def test_leaving_the_block_with_an_error_acks_nothing_more(client, writer, r):
+    fill(writer, jobs=2, versions=2)
+    with pytest.raises(RuntimeError):
+        with client.stream(group="g", consumer="a", since="0", count=2) as s:
+            next(s)
+            raise RuntimeError("processing failed")
+    assert r.xpending(K.events, "g")["pending"] == 2
+
+
+@pytest.mark.parametrize("group", [None, "g"])
+def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
+    (tmp_path / "redis").mkdir()
+    server = RedisServer(
+        tmp_path / "redis", args=["--appendonly", "yes", "--appendfsync", "always"]
+    ).start()
+    try:
+        r = server.client()
+        w = Writer(r)
+        for i in range(5):
+            w.job(f"{i}.pbs")
+        client = jobtap.Client(server.url, site=SITE, backoff=(0.1, 0.5))
+        s = client.stream(group=group, since="0", count=3, block=0.2, idle_timeout=5.0)
+        got = [next(s).id for _ in range(4)]
+        server.stop()  # the stream finds out at its next read
+        server.start()
+        for i in range(5):
+            w.job(f"{i}.pbs", state="running")
+        got += [next(s).id for _ in range(6)]  # idle_timeout bounds the wait
+        assert got == all_ids(r)
+        s.close()
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_unreachable_redis_is_a_clear_error(hermetic):
+    from jobtap.cli.localredis import free_port
+
+    client = jobtap.Client(f"redis://127.0.0.1:{free_port()}/0", site=SITE)
+    with pytest.raises(jobtap.RedisUnavailable, match="cannot reach Redis"):
+        next(client.stream(since="0"))
+    with pytest.raises(ConnectionError):
+        client.job("1.pbs")
+
+
+def test_bad_since(client):
+    with pytest.raises(jobtap.ConfigError):
+        client.stream(since="yesterday")

@@ -1,0 +1,67 @@
+"""Running the PBS hook (deploy/pbs/jobtap_poke_hook.py) outside PBS.
+
+PBS runs a hook inside its own Python (pbs_server's for server events, a
+``pbs_python`` process on the execution host for ``execjob_*`` events) with a
+``pbs`` module that is not available here.  :func:`fake_pbs` builds the part
+of that module the hook uses, as the PBS Professional hooks guide describes it:
+``pbs.event()`` (``.type``, compared with the event constants such as
+``pbs.EXECJOB_EPILOGUE`` or ``pbs.JOBOBIT``; ``.job.id``; ``.accept()``),
+``pbs.hook_config_filename`` (the imported configuration file) and
+``pbs.logmsg(level, text)``.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+import types
+from pathlib import Path
+
+from tests.support.paths import ROOT
+
+HOOK = ROOT / "deploy" / "pbs" / "jobtap_poke_hook.py"
+EVENT_NAMES = ("RUNJOB", "MODIFYJOB", "JOBOBIT", "EXECJOB_EPILOGUE", "EXECJOB_END")
+
+
+class HookRun:
+    """What the hook did: accepted the event, logged these messages."""
+
+    def __init__(self) -> None:
+        self.accepted: list[bool] = []
+        self.logged: list[str] = []
+
+
+def fake_pbs(
+    config: Path, event_name: str | None, job_id: str | None
+) -> tuple[types.ModuleType, HookRun]:
+    run = HookRun()
+    pbs = types.ModuleType("pbs")
+    for i, name in enumerate(EVENT_NAMES):
+        setattr(pbs, name, 1 << i)
+    event = types.SimpleNamespace(
+        type=getattr(pbs, event_name) if event_name else None,
+        job=types.SimpleNamespace(id=job_id),
+        accept=lambda: run.accepted.append(True),
+    )
+    pbs.event = lambda: event
+    pbs.hook_config_filename = str(config)
+    pbs.LOG_DEBUG = 4
+    pbs.logmsg = lambda level, text: run.logged.append(text)
+    return pbs, run
+
+
+def run_hook(config: dict, path: Path, event_name: str | None, job_id: str | None) -> HookRun:
+    """Run the hook once for one event, with ``config`` as its imported JSON."""
+    path.write_text(json.dumps(config))
+    pbs, run = fake_pbs(path, event_name, job_id)
+    saved = sys.modules.get("pbs")
+    sys.modules["pbs"] = pbs
+    try:
+        runpy.run_path(str(HOOK))
+    finally:
+        if saved is None:
+            sys.modules.pop("pbs", None)
+        else:
+            sys.modules["pbs"] = saved
+    return run

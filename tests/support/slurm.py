@@ -1,0 +1,246 @@
+"""Helpers of the tests on the real Slurm of deploy/slurm/start.sh (tests/live/):
+running Slurm commands, submitting jobs, and a Harness that drives the real
+collector and a real rq worker against it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.cycle import Collector
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from jobtap.schema import TERMINAL
+from tests.support.paths import ROOT
+from tests.support.pipeline import drain, meta, site_events
+from tests.support.wait import eventually
+
+SITE = "slurm1"
+K = SiteKeys(SITE)
+START = ROOT / "deploy" / "slurm" / "start.sh"
+STOP = ROOT / "deploy" / "slurm" / "stop.sh"
+STATE_DIR = Path(os.environ.get("JOBTAP_SLURM_DIR", "/var/lib/jobtap-slurm"))
+NODES = ("n1", "n2", "n3", "n4")
+# Where a state sits on a job's way; a job's observed states never go back.
+RANK = {"queued": 0, "held": 0, "waiting": 0, "running": 1, "suspended": 1, "exiting": 2}
+RANK.update(dict.fromkeys(TERMINAL, 3))
+LOCK = Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock"))
+LOCK_WAIT = 420  # seconds to wait for another session's turn
+
+
+# Slurm -----------------------------------------------------------------------------
+def _cmd(*argv: str, timeout: float = 30, check: bool = True) -> str:
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _start_slurm() -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(START)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def cannot_run(reason: str) -> None:
+    """Skip with the reason; in CI (where these tests must run) fail instead."""
+    if os.environ.get("CI"):
+        pytest.fail(f"Slurm tests must run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def squeue_ids() -> set[str]:
+    """Ids of every job slurmctld still lists (finished ones too, until MinJobAge)."""
+    return set(SlurmBackend(timeout=30).stat_jobs())
+
+
+def cancel_everything(wait: float = 30) -> None:
+    """Cancel all jobs, resume every node, and wait until no job holds a CPU."""
+    active = _cmd("squeue", "-h", "-t", "PD,R,S,CG,CF", "-o", "%A").split()
+    if active:
+        _cmd("scancel", *sorted(set(active)), check=False)
+    for node in NODES:
+        state = _cmd("sinfo", "-h", "-n", node, "-o", "%T", check=False).strip()
+        if state and state not in ("idle", "mixed", "allocated", "completing"):
+            _cmd("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    _cmd("scontrol", "update", "partitionname=debug", "state=up", check=False)
+    eventually(
+        lambda: not _cmd("squeue", "-h", "-t", "R,S,CG,CF", "-o", "%A").split(),
+        timeout=wait,
+        interval=0.3,
+        what="no job holding a CPU after scancel",
+    )
+
+
+_RPC = re.compile(
+    r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)"
+)
+
+
+def sdiag_rpcs() -> dict[str, tuple[int, int]]:
+    """slurmctld's own RPC statistics since the last ``sdiag --reset``: by
+    message type, ``(count, total time in microseconds)``."""
+    return rpc_stats(_cmd("sdiag"))
+
+
+def slurmdbd_rpcs() -> dict[str, tuple[int, int]]:
+    """slurmdbd's, since the last ``sacctmgr -i clear stats`` (``sacct`` is
+    DBD_GET_JOBS_COND)."""
+    return rpc_stats(_cmd("sacctmgr", "show", "stats"))
+
+
+def rpc_stats(text: str) -> dict[str, tuple[int, int]]:
+    """The "Remote Procedure Call statistics by message type" section of
+    ``sdiag`` or ``sacctmgr show stats``."""
+    out: dict[str, tuple[int, int]] = {}
+    in_section = False
+    for line in text.splitlines():
+        if line.startswith("Remote Procedure Call statistics by message type"):
+            in_section = True
+            continue
+        if in_section and line and not line[0].isspace():
+            break
+        match = _RPC.match(line) if in_section else None
+        if match:
+            out[match[1]] = (int(match[2]), int(match[3]))
+    return out
+
+
+def sbatch(*args: str, minutes: int = 5) -> str:
+    """Submit ``sbatch ARGS`` (output to /dev/null) and return the job id."""
+    out = _cmd(
+        "sbatch", "--parsable", "-t", str(minutes), "-o", "/dev/null", "-e", "/dev/null",
+        "-D", "/tmp", *args,
+    )  # fmt: skip
+    return out.strip().split(";")[0]
+
+
+# The collector ---------------------------------------------------------------------
+class CycleFailed(Exception):
+    """A collector cycle failed where it must not (not an AssertionError, so that
+    eventually() stops at once)."""
+
+
+class Harness:
+    """The real collector on the real Slurm, each cycle drained by a real rq worker."""
+
+    def __init__(self, r, *, timeout: float = 30.0):
+        self.r = r
+        self.backend = SlurmBackend(timeout=timeout)
+        self.collector = Collector(self.backend, r, site=SITE, nodes_every=1)
+        self.service = CollectorService(self.collector, interval=0.5, backend_name="slurm")
+
+    def cycle(self) -> bool:
+        ok = self.service.run_one()
+        drain(self.r, SITE)
+        return ok
+
+    def until(self, what: str, done: Callable[[], bool], timeout: float = 60) -> None:
+        """Run cycles until ``done()``; fail with the job events seen if it takes
+        too long, and at once if a cycle fails."""
+
+        def cycle_then_check() -> bool:
+            if not self.cycle():
+                raise CycleFailed(meta(self.r, SITE).get("last_error"))
+            return done()
+
+        try:
+            eventually(cycle_then_check, timeout=timeout, interval=0.4)
+        except AssertionError as e:
+            raise AssertionError(f"no {what} ({e}); job events: {self.summary()}") from None
+
+    def events(self, object_id: str | None = None, kind: str = "job") -> list[dict]:
+        return [
+            e
+            for e in site_events(self.r, SITE)
+            if e["kind"] == kind and (object_id is None or e["object_id"] == object_id)
+        ]
+
+    def states(self, job_id: str) -> list[str]:
+        """The job's observed states, consecutive repeats folded."""
+        out: list[str] = []
+        for e in self.events(job_id):
+            state = e["record"]["state"]
+            if not out or out[-1] != state:
+                out.append(state)
+        return out
+
+    def seen(self, job_id: str, state: str) -> bool:
+        return state in self.states(job_id)
+
+    def final(self, job_id: str) -> dict | None:
+        finals = [e for e in self.events(job_id) if e["type"] == "final"]
+        return finals[-1]["record"] if finals else None
+
+    def summary(self) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for e in self.events():
+            rec = e["record"]
+            out.setdefault(e["object_id"], []).append(
+                (e["type"], rec["state"], rec["exit_status"], rec["reason"])
+            )
+        return out
+
+
+def _exit_evidence(native: object) -> dict[str, object]:
+    """What Slurm said about a job's exit, for an assertion's message: squeue's
+    wait status, or sacct's text codes and its JSON job and step codes."""
+    if not isinstance(native, dict):
+        return {}
+    steps = native.get("steps") if isinstance(native.get("steps"), list) else []
+    return {
+        "exit_code": native.get("exit_code"),
+        "derived_exit_code": native.get("derived_exit_code"),
+        "jobtap_exit_codes": native.get("jobtap_exit_codes"),
+        "steps": [(s.get("step", {}).get("id"), s.get("exit_code"), s.get("state")) for s in steps],
+    }
+
+
+def assert_lifecycle(
+    h: Harness,
+    job_id: str,
+    *,
+    final: tuple[str, int | None],
+    must_see: tuple[str, ...] = (),
+    reason: str | None = "any",
+) -> list[str]:
+    """One job's events: versions 1, 2, 3...; states that never go back; the
+    states ``must_see`` among them; exactly one ``final``, the last event, with
+    the expected state and exit status (and reason, unless "any")."""
+    events = h.events(job_id)
+    assert events, f"no event for job {job_id}"
+    assert [e["version"] for e in events] == list(range(1, len(events) + 1)), job_id
+    assert events[0]["type"] == "new", (job_id, events[0]["type"])
+    types = [e["type"] for e in events]
+    assert types.count("final") == 1 and types[-1] == "final", (job_id, types)
+    states = h.states(job_id)
+    ranks = [RANK[s] for s in states]
+    assert ranks == sorted(ranks), f"job {job_id} went back: {states}"
+    for state in must_see:
+        assert state in states, f"job {job_id}: {state} not observed in {states}"
+    record = events[-1]["record"]
+    assert (record["state"], record["exit_status"]) == final, (
+        job_id,
+        states,
+        record["reason"],
+        record["exit_status"],
+        _exit_evidence(record.get("native")),
+    )
+    if reason != "any":
+        assert record["reason"] == reason, (job_id, record["reason"])
+    return states
+
+
+# The tests -------------------------------------------------------------------------

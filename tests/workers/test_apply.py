@@ -1,0 +1,200 @@
+"""The apply step against a real redis-server: versions, events, ordering, retries."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import orjson
+import pytest
+
+from jobtap.keys import SiteKeys
+from jobtap.schema import from_hash
+from jobtap.workers.apply import Applier, Settings
+from jobtap.workers.chunk import Chunk
+from tests.support.ids import eid
+from tests.support.records import job_record
+from tests.support.wait import eventually
+
+SITE = "t1"
+K = SiteKeys(SITE)
+
+
+def job(jid="1.pbs", user="alice", state="queued", **extra):
+    return job_record(jid, user, state, SITE, **extra)
+
+
+def chunk(cycle, items, kind="job"):
+    return Chunk(SITE, cycle, f"2026-11-21T15:00:{cycle:02d}+00:00", kind, items)
+
+
+def up(rec, fp="fp"):
+    return {"op": "upsert", "id": rec["id"], "fp": fp, "state": rec["state"], "record": rec}
+
+
+def events(r, key=K.events):
+    return [orjson.loads(f[b"event"]) for _, f in r.xrange(key)]
+
+
+def test_new_update_state_final_versions_and_keys(r):
+    a = Applier(r)
+    a.apply(chunk(1, [up(job())]))
+    a.apply(chunk(2, [up(job(comment="hello"))]))
+    a.apply(chunk(3, [up(job(state="running", comment="hello"))]))
+    a.apply(chunk(4, [up(job(state="completed", exit_status=0, comment="hello"))]))
+    evs = events(r)
+    assert [e["type"] for e in evs] == ["new", "update", "state", "final"]
+    assert [e["version"] for e in evs] == [1, 2, 3, 4]
+    epoch = r.hget(K.meta, "epoch").decode()
+    assert [e["id"] for e in evs] == [f"{SITE}:{epoch}:1.pbs:{v}" for v in (1, 2, 3, 4)]
+    assert {e["epoch"] for e in evs} == {epoch}
+    assert evs[1]["changes"] == {"comment": [None, "hello"]}
+    assert evs[2]["changes"]["state"] == ["queued", "running"]
+    assert evs[2]["changes"]["native.job_state"] == ["Q", "R"]
+    assert evs[3]["record"]["exit_status"] == 0
+    # the user's stream holds the same events; the hash holds the last record
+    assert [e["id"] for e in events(r, K.user_events("alice"))] == [e["id"] for e in evs]
+    stored = from_hash(r.hgetall(K.job("alice", "1.pbs")))
+    assert stored["state"] == "completed" and stored["version"] == 4 and stored["final"] == 1
+    assert r.hget(K.owner, "1.pbs") == b"alice"
+    assert not r.sismember(K.user_jobs("alice"), "1.pbs")
+    assert 0 < r.ttl(K.job("alice", "1.pbs")) <= 2 * 86400
+
+
+def test_same_record_again_changes_nothing(r):
+    a = Applier(r)
+    a.apply(chunk(1, [up(job())]))
+    a.apply(chunk(2, [up(job())]))  # e.g. a restarted collector re-shipping
+    assert [e["version"] for e in events(r)] == [1]
+    assert r.hget(K.job("alice", "1.pbs"), "cycle") == b"2"
+
+
+def test_older_or_repeated_cycle_is_ignored(r):
+    a = Applier(r)
+    c1, c2 = chunk(1, [up(job())]), chunk(2, [up(job(state="running"))])
+    a.apply(c2)
+    a.apply(c1)  # arrives late: must not step backwards
+    a.apply(c2)  # retried: must not repeat
+    evs = events(r)
+    assert [(e["type"], e["version"]) for e in evs] == [("new", 1)]
+    assert evs[0]["record"]["state"] == "running"
+
+
+def test_nothing_after_final(r):
+    a = Applier(r)
+    a.apply(chunk(1, [up(job(state="completed", exit_status=0))]))
+    a.apply(chunk(2, [up(job(state="running"))]))
+    a.apply(chunk(3, [{"op": "vanished", "id": "1.pbs"}]))
+    assert [e["type"] for e in events(r)] == ["new", "final"]  # first seen ended: both
+
+
+def test_vanished_job_is_finalised_with_reason(r):
+    a = Applier(r, Settings(vanished_wait=0.1))  # never.pbs is waited for that long
+    a.apply(chunk(1, [up(job(state="running"))]))
+    a.apply(chunk(2, [{"op": "vanished", "id": "1.pbs"}, {"op": "vanished", "id": "never.pbs"}]))
+    evs = events(r)
+    assert [e["type"] for e in evs] == ["new", "final"]
+    assert evs[1]["record"]["reason"] == "vanished"
+    assert evs[1]["changes"]["reason"] == [None, "vanished"]
+
+
+def test_a_vanished_job_waits_for_the_older_chunk_in_another_workers_hands(r, caplog):
+    """Two workers of a pool: cycle 2 says the job vanished while the chunk of
+    cycle 1, which creates it, is still being applied elsewhere."""
+    done = threading.Event()
+
+    def second_worker() -> None:
+        Applier(r).apply(chunk(2, [{"op": "vanished", "id": "1.pbs"}]))
+        done.set()
+
+    with caplog.at_level(logging.INFO, logger="jobtap.workers"):
+        thread = threading.Thread(target=second_worker)
+        thread.start()
+        eventually(lambda: "not stored yet" in caplog.text, what="the second worker waiting")
+        Applier(r).apply(chunk(1, [up(job(state="running"))]))  # the first worker, late
+        thread.join(10)
+    assert done.is_set()
+    assert [(e["type"], e["version"]) for e in events(r)] == [("new", 1), ("final", 2)]
+
+
+def test_pubsub_on_user_and_all_channels(r):
+    p = r.pubsub()
+    p.subscribe(K.user_channel("alice"), K.all_channel, K.user_channel("bob"))
+    for _ in range(3):
+        p.get_message(timeout=1)
+    Applier(r).apply(chunk(1, [up(job())]))
+    got = []
+    for _ in range(10):
+        m = p.get_message(timeout=0.5)
+        if m and m["type"] == "message":
+            got.append((m["channel"].decode(), orjson.loads(m["data"])["id"]))
+    first = eid(r, SITE, "1.pbs", 1)
+    assert sorted(got) == sorted([(K.user_channel("alice"), first), (K.all_channel, first)])
+
+
+def test_hostile_user_names_get_their_own_escaped_keys(r):
+    a = Applier(r)
+    names = ["*", "a*", "?", "[x]", "..", "alice:bob", "zoë", "x" * 200]
+    a.apply(chunk(1, [up(job(jid=f"{i}.pbs", user=u)) for i, u in enumerate(names)]))
+    for i, u in enumerate(names):
+        key = K.job(u, f"{i}.pbs")
+        assert r.hget(key, "user").decode() == u
+        for ch in "*?[]\\:":
+            assert ch not in key.split(":u:", 1)[1].rsplit(":job:", 1)[0]
+
+
+def test_conflicting_writer_is_detected_and_retried(r):
+    a = Applier(r)
+    a.apply(chunk(1, [up(job())]))
+    # A plan computed against version 1 ...
+    c2 = chunk(2, [up(job(comment="x"))])
+    target = a.targets.for_site(K)
+    plan = a._plan(K, c2, a._read(target, K, c2))
+    # ... while another worker applies cycle 3 first.
+    a.apply(chunk(3, [up(job(comment="y"))]))
+    reply = a._run(target, K, chunk(2, []), plan)
+    assert reply[0] == b"conflict"
+    # the real path re-reads and then skips the now-older cycle 2
+    a.apply(chunk(2, [up(job(comment="x"))]))
+    assert [e["version"] for e in events(r)] == [1, 2]
+
+
+def test_nodes_new_update_and_removed(r):
+    a = Applier(r)
+    node = {
+        "id": "n1",
+        "site": SITE,
+        "scheduler": "pbs",
+        "state": "free",
+        "native_state": "free",
+        "reason": None,
+        "jobs": [],
+        "resources": {},
+        "native": {"state": "free"},
+    }
+    a.apply(chunk(1, [up(node)], kind="node"))
+    a.apply(chunk(2, [up(dict(node, state="down", native={"state": "down"}))], kind="node"))
+    a.apply(chunk(3, [{"op": "remove", "id": "n1"}], kind="node"))
+    evs = events(r)
+    assert [(e["type"], e["id"]) for e in evs] == [
+        ("new", eid(r, SITE, "n1", 1, "node")),
+        ("state", eid(r, SITE, "n1", 2, "node")),
+        ("removed", eid(r, SITE, "n1", 3, "node")),
+    ]
+    assert not r.exists(K.node("n1"))
+
+
+@pytest.mark.parametrize("n", [1, 700])
+def test_big_chunks_apply_in_one_step(r, n):
+    Applier(r).apply(chunk(1, [up(job(jid=f"{i}.pbs")) for i in range(n)]))
+    assert r.xlen(K.events) == n
+    assert r.scard(K.user_jobs("alice")) == n
+
+
+def test_the_rq_entry_point_named_by_the_contract_is_the_apply_step():
+    from rq.utils import import_attribute
+
+    from jobtap.workers.apply import apply_chunk
+    from jobtap.workers.chunk import APPLY_FUNC
+
+    assert import_attribute(APPLY_FUNC) is apply_chunk
