@@ -53,8 +53,10 @@ Times: Flux prints seconds since the epoch; they become UTC ISO-8601.
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -79,7 +81,7 @@ from jobtap.schema import (
     UNKNOWN,
 )
 
-from .base import BadRecord, Native, Record, StatError, check_object_id
+from .base import BadRecord, Native, Probe, Record, StatError, check_object_id
 from .common import (
     MAX_TEXT,
     CommandBackend,
@@ -90,6 +92,7 @@ from .common import (
     queue_state,
     text_field,
 )
+from .flux_journal import JournalRecords
 from .run import first_line
 
 __all__ = [
@@ -122,7 +125,10 @@ __all__ = [
 
 log = logging.getLogger("jobtap.collector.flux")
 
-READER_PATH = Path(__file__).with_name("flux_journal_reader.py")
+# The reader runs as a script under `flux python`, whose sys.path starts with the
+# script's folder: beside this module, `import flux` would find this file, not
+# Flux's bindings.  So it lives in a folder of its own.
+READER_PATH = Path(__file__).parent / "journal_reader" / "flux_journal_reader.py"
 ANONYMOUS_QUEUE = "default"  # the record name of Flux's single unnamed queue
 MAX_HOSTS = 1_000_000  # a hostlist or idset larger than this is not believed
 
@@ -852,13 +858,15 @@ class JournalBatch(list):
     first event), as :func:`journal_job_ids` yields it.
 
     ``states``: per job, the Flux state its record should at least show
-    (from the events of the batch); ``last_timestamp``: the newest event
-    timestamp seen so far (to restart the reader with ``--since``);
-    ``events``: how many journal events the batch covers."""
+    (from the events of the batch); ``entries``: per job, its events in the
+    batch (``event``, ``timestamp``, ``context``); ``last_timestamp``: the
+    newest event timestamp seen so far (to restart the reader with
+    ``--since``); ``events``: how many journal events the batch covers."""
 
     def __init__(self) -> None:
         super().__init__()
         self.states: dict[str, str] = {}
+        self.entries: dict[str, list[dict[str, Any]]] = {}
         self.last_timestamp: float | None = None
         self.events = 0
 
@@ -935,6 +943,9 @@ def journal_job_ids(
         if job_id not in batch.states:
             batch.append(job_id)
             batch.states[job_id] = "NEW"
+        batch.entries.setdefault(job_id, []).append(
+            {"event": doc["event"], "timestamp": timestamp, "context": doc["context"]}
+        )
         implied = EVENT_STATE.get(doc["event"])
         if doc["event"] == "exception" and doc["context"].get("severity") == 0:
             implied = "CLEANUP"
@@ -965,7 +976,13 @@ class FluxBackend(CommandBackend):
     ``node_jobs``: also list the running jobs when stat'ing nodes, to fill each
     node's ``jobs``.  ``batch``: job ids per ``flux jobs --json ID...`` call.
     ``reader_path``: where :mod:`flux_journal_reader` lives on the host that
-    runs ``flux`` (this file's directory by default).
+    runs ``flux`` (``journal_reader/`` beside this file by default).
+    ``from_journal``: in follow mode, build a job's new record from the journal
+    events the feed read, when they are enough (:mod:`.flux_journal`), instead
+    of listing the job again.  ``clock``: the instance's time (the journal's
+    timestamps are its), to know which events a listing already shows.
+    ``overlap``: seconds by which each probe's window (:meth:`probe`) reaches
+    back into the last one's.
     """
 
     def __init__(
@@ -983,9 +1000,13 @@ class FluxBackend(CommandBackend):
         reader_path: str | None = None,
         coalesce: float = 0.05,
         max_delay: float = 0.25,
+        from_journal: bool = True,
+        clock: Callable[[], float] = time.time,
+        overlap: float = 5.0,
     ) -> None:
         super().__init__(prefix=prefix, timeout=timeout)
         self.flux = flux
+        self.overlap = float(overlap)
         self.scheduler = scheduler
         self.tz = tz
         if count < 0:
@@ -999,6 +1020,9 @@ class FluxBackend(CommandBackend):
         self.reader_path = str(reader_path or READER_PATH)
         self.coalesce = float(coalesce)
         self.max_delay = float(max_delay)
+        self.from_journal = bool(from_journal)
+        self.clock = clock
+        self.journal = JournalRecords()
 
     def __repr__(self) -> str:
         return f"FluxBackend({self.flux!r}{self._via()})"
@@ -1010,22 +1034,50 @@ class FluxBackend(CommandBackend):
             futures = [pool.submit(self._run, argv) for argv in argvs]
             return [f.result() for f in futures]
 
-    def jobs_argv(self) -> list[str]:
-        argv = [self.flux, "jobs", "-A", "--json", "-c", str(self.count)]
-        if self.since:
-            argv.append(f"--since={self.since}")  # "-6h" must not pass for an option
+    def jobs_argv(self, since: str | None = None) -> list[str]:
+        """``flux jobs -a -A``: all states (``-a``) of all users (``-A``).  ``-A``
+        alone lists active jobs only (flux-jobs(1): "-A: list jobs of all
+        users", "-a: list jobs in all states"), and a job that started and
+        ended between two stats would never be seen.  ``since``: instead of
+        the backend's own ``--since``."""
+        argv = [self.flux, "jobs", "-a", "-A", "--json", "-c", str(self.count)]
+        since = since or self.since
+        if since:
+            argv.append(f"--since={since}")  # "-6h" must not pass for an option
         return argv
 
-    # Stats ---------------------------------------------------------------------
-    def stat_jobs(self) -> dict[str, Native]:
-        """Every job of every user that Flux still lists, INACTIVE ones included."""
-        natives = parse_flux_jobs(self._run(self.jobs_argv()))
+    def probe(self, since: float | None) -> Probe:
+        """The probe: ``flux jobs -a -A --json --since=-Ns``, the jobs active at
+        any time in the last N seconds (pending, running, or inactive since
+        then: flux-jobs(1)), whole records, where N reaches back to ``since``
+        and ``overlap`` seconds more.  The window is relative to the
+        instance's own clock, so a skew between it and this host's does not
+        move it.  Inactive jobs older than that (Flux keeps them until
+        purged) are not listed again.  With ``since`` None no command runs."""
+        until = self.clock()
+        if since is None:
+            return Probe(until=until)
+        window = max(1, math.ceil(until - since + self.overlap))
+        natives = parse_flux_jobs(self._run(self.jobs_argv(since=f"-{window}s")))
+        self.journal.note_listing(natives, until, full=False)
+        self._warn_if_capped(natives)
+        return Probe(named=dict.fromkeys(natives, ""), records=natives, until=until)
+
+    def _warn_if_capped(self, natives: dict[str, Native]) -> None:
         if self.count and len(natives) >= self.count:
             log.warning(
                 "flux jobs returned %d jobs, its cap (-c %d): the list is probably cut short",
                 len(natives),
                 self.count,
             )
+
+    # Stats ---------------------------------------------------------------------
+    def stat_jobs(self) -> dict[str, Native]:
+        """Every job of every user that Flux still lists, INACTIVE ones included."""
+        as_of = self.clock()
+        natives = parse_flux_jobs(self._run(self.jobs_argv()))
+        self.journal.note_listing(natives, as_of, full=True)
+        self._warn_if_capped(natives)
         return natives
 
     def stat_nodes(self) -> dict[str, Native]:
@@ -1055,10 +1107,37 @@ class FluxBackend(CommandBackend):
         return merge_queues(parse_queue_list(queues), parse_job_stats(stats))
 
     def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
-        """The current records of just these jobs (``flux jobs --json ID...``),
-        keyed by ``ƒ`` F58 id whatever spelling was asked for; jobs Flux does
-        not know (never existed, or purged) and ids that are not job ids are
-        absent.  Follow mode's targeted refresh."""
+        """The current records of just these jobs, keyed by ``ƒ`` F58 id whatever
+        spelling was asked for; jobs Flux does not know (never existed, or
+        purged) and ids that are not job ids are absent.  Follow mode's
+        targeted refresh: a job whose journal events (read by the feed) say
+        all that changed is answered from them (``from_journal``); the others
+        with ``flux jobs --json ID...``."""
+        wanted = [job for job in map(canonical_job_id, job_ids) if job is not None]
+        found: dict[str, Native] = {}
+        if self.from_journal:
+            found, wanted = self.journal.take(dict.fromkeys(wanted))
+        as_of = self.clock()
+        listed = self._list(wanted)
+        self.journal.note_listing(listed, as_of, full=False)
+        return {**found, **listed}
+
+    def history(self, job_ids: Iterable[str]) -> dict[str, Native]:
+        """Final records of jobs that left the live list, for those Flux still
+        knows (an INACTIVE job stays known until it is purged)."""
+        return self._list(job_ids)
+
+    def at_hand(self, job_ids: Iterable[str]) -> list[str]:
+        """The jobs whose new record the journal gives (:meth:`stat_some` builds
+        it without ``flux jobs``); follow mode refreshes them first."""
+        if not self.from_journal:
+            return []
+        wanted = {job_id: canonical_job_id(job_id) for job_id in job_ids}
+        quick = set(self.journal.at_hand(j for j in wanted.values() if j is not None))
+        return [job_id for job_id, canonical in wanted.items() if canonical in quick]
+
+    def _list(self, job_ids: Iterable[str]) -> dict[str, Native]:
+        """``flux jobs --json ID...`` for these jobs, ``batch`` ids a call."""
         wanted: dict[int, None] = {}
         for job_id in job_ids:
             try:
@@ -1070,11 +1149,6 @@ class FluxBackend(CommandBackend):
         for start in range(0, len(numbers), self.batch):
             found.update(self._jobs_by_id(numbers[start : start + self.batch]))
         return found
-
-    def history(self, job_ids: Iterable[str]) -> dict[str, Native]:
-        """Final records of jobs that left the live list, for those Flux still
-        knows (an INACTIVE job stays known until it is purged)."""
-        return self.stat_some(job_ids)
 
     def _jobs_by_id(self, numbers: Sequence[int]) -> dict[str, Native]:
         """One ``flux jobs --json ID...``.  It prints one object for one id, a
@@ -1116,8 +1190,13 @@ class FluxBackend(CommandBackend):
     def follow_parse(self, lines: Iterable[bytes | str | None]) -> Iterator[JournalBatch]:
         """The reader's output (``follow_command()``'s standard output, line by
         line) -> batches of changed job ids: :func:`journal_job_ids`, yielding
-        each batch as soon as the reader marks its end.  Follow mode's feed."""
-        return journal_job_ids(lines, max_batch=self.batch)
+        each batch as soon as the reader marks its end.  Follow mode's feed.
+        Each batch's events are kept for :meth:`stat_some` before it is yielded
+        (the feed pokes the collector only after that)."""
+        for batch in journal_job_ids(lines, max_batch=self.batch):
+            if self.from_journal:
+                self.journal.note_events(batch.entries)
+            yield batch
 
     def canonical_id(self, job_id: str) -> str | None:
         """The collector's id for any spelling Flux accepts (``f45fzSqM``,

@@ -31,11 +31,51 @@ Modes:
 * ``empty``: the envelope of an empty server (no Jobs, nodes or Queue key).
 * ``first-only``: like ``ok``, but with several ids only the first known job is
   printed (the JSON bug of openpbs/openpbs#2672).
+
+``-E`` (``qstat -E -x -f -F json -t ids...``): one request for all the ids;
+unknown ids are left out silently and the exit status is 0, as the real qstat
+does (``../shared/fixtures/pbs/probe/qstat-E-x-f-json-t.ids.json``, rc=0, empty
+stderr, for ``99999.vm`` unknown; without ``-E``: ``qstat-x-f-json-t.ids-noE.*``,
+rc=153 and "qstat: Unknown Job Id 99999.vm").
+
+Other control keys: ``"history_file"``: a file (``.gz`` allowed) that ``qstat
+-x`` with ids selects from instead of the stage's; ``"switch": {"at": EPOCH,
+"stage": NAME}``: from that wall-clock time on, the stage is NAME (a job
+ending on the server at a known moment); ``"ends": {ID: EPOCH}`` (with
+``"file"`` and ``"history_file"``): each job is live until its end, then
+finished, one by one (``"appear": {ID: EPOCH}``: unknown before that, as a job
+not submitted yet); ``"log"``: a file that gets one JSON line per call
+(program, arguments, connections, throttled, port waits, seconds spent on the
+costs below).
+
+Costs (``"costs"``: ``{"scale": S}``, default 1 = real time; ``false`` = none).
+There is no server here, so the costs copy what a real OpenPBS 23.06.06 showed
+(issue 11 and ``../shared/fixtures/pbs/README.md``); each is multiplied by S:
+
+* qstat sleeps 200 ms when the same user (uid) ran qstat earlier in the same
+  wall-clock second (measured: ``qstat -f -F json`` of 1,000 jobs, back to
+  back, 181 ms -> 401 ms).
+* Every server connection is authenticated through ``pbs_iff`` on a privileged
+  port: 35 ms each (a 200-id call took 7 s on a quiet server).  Without ``-E``
+  qstat opens one connection per job id; with ``-E``, or without ids, one.
+  pbsnodes opens one.
+* About 400 such ports exist; a closed connection holds its port in TIME_WAIT
+  for 60 s; when none is free qstat waits 1 s and tries again.  With these
+  figures 1,000 ids without ``-E`` take about 130 s here (``python -m
+  bench.pbs_history --ungrouped``; measured on the real server: 88-117 s, and
+  7-49 s for 200 ids depending on the ports earlier calls still held): the
+  model errs on the slow side.  With ``-E``, one connection (measured: 0.23 s
+  for 1,000 ids).
+* The state (last qstat start per uid, ports in TIME_WAIT) is kept in
+  ``"state"`` (default: the control file's path + ``.state``), so it carries
+  over between calls as on a real host; each test has its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
+import heapq
 import json
 import os
 import re
@@ -46,6 +86,12 @@ from pathlib import Path
 PROGRAMS = ("qstat", "pbsnodes")
 UNKNOWN_EXIT = 153  # PBSE_UNKJOBID - 15000, what qstat exits with
 STAGE = re.compile(r"^(\d+-[^.]+)\.")
+# Real costs at scale 1, in seconds (see the module docstring for their source).
+THROTTLE = 0.2
+CONNECT = 0.035
+PORTS = 400
+TIME_WAIT = 60.0
+PORT_RETRY = 1.0
 
 
 class Usage(Exception):
@@ -101,7 +147,7 @@ def parse_qstat(args: list[str]) -> tuple[set[str], list[str]]:
             continue
         if arg.startswith("-") and len(arg) > 1:
             for letter in arg[1:]:
-                if letter not in "ftxQ":
+                if letter not in "ftxQE":
                     raise Usage(f"unsupported option -{letter}")
                 flags.add(letter)
         else:
@@ -148,20 +194,136 @@ def qstat(control: dict, directory: Path, stage: str, args: list[str], mode: str
     flags, ids = parse_qstat(args)
     if "Q" in flags:
         return read(nearest(directory, stage, "qstat-Q-f.json")), [], 0
-    if control.get("file") and not ids:
+    if control.get("ends"):
+        raw = ended_jobs(control, "x" in flags)
+        if not ids:
+            return raw, [], 0
+    elif control.get("file") and not ids:
         return read(Path(control["file"])), [], 0
     x = "-x" if "x" in flags else ""
     path = directory / f"{stage}.qstat{'-t' if 't' in flags else ''}-f{x}.json"
     if not path.exists():
         path = directory / f"{stage}.qstat-f{x}.json"
-    if not path.exists():
+    if ids and x and control.get("history_file"):
+        path = Path(control["history_file"])
+    if control.get("ends"):
+        pass  # raw: the jobs as they stand now (above)
+    elif not path.exists():
         raise Usage(f"no fixture {path.name}")
-    raw = read(path)
+    else:
+        raw = read(path)
     if not ids:
         return raw, [], 0
     out, unknown = select_jobs(raw, ids, "t" in flags, mode == "first-only")
+    if "E" in flags:  # grouped: unknown ids are left out silently
+        return out, [], 0
     errors = [f"qstat: Unknown Job Id {job_id}" for job_id in unknown]
     return out, errors, UNKNOWN_EXIT if unknown else 0
+
+
+def ended_jobs(control: dict, history: bool) -> bytes:
+    """With ``"ends": {id: EPOCH}``: each job is live (its record in ``"file"``)
+    until its end, then finished (its record in ``"history_file"``), as a real
+    server moves a job to history once it recorded its end: gone from ``qstat
+    -f``, shown by ``qstat -x``."""
+    live = json.loads(read(Path(control["file"])))
+    done = json.loads(read(Path(control["history_file"]))).get("Jobs", {})
+    now = time.time()
+    appear = control.get("appear", {})
+    jobs = {}
+    for job_id, record in live.get("Jobs", {}).items():
+        if job_id in appear and now < float(appear[job_id]):
+            continue  # not submitted yet
+        end = control["ends"].get(job_id)
+        if end is None or now < float(end):
+            jobs[job_id] = record
+        elif history and job_id in done:
+            jobs[job_id] = done[job_id]
+    out = envelope(live)
+    if jobs:
+        out["Jobs"] = jobs
+    return dump(out)
+
+
+# Costs -------------------------------------------------------------------------------
+def connections(program: str, args: list[str]) -> int:
+    """Server connections a call opens: qstat without -E opens one per job id."""
+    if program != "qstat":
+        return 1
+    try:
+        flags, ids = parse_qstat(args)
+    except Usage:
+        return 1
+    return len(ids) if ids and "E" not in flags else 1
+
+
+class HostState:
+    """What the host remembers between calls, under an exclusive lock: the start
+    of the last qstat per uid, and when each port in TIME_WAIT frees up."""
+
+    def __init__(self, path: Path) -> None:
+        self.fh = open(path, "a+", encoding="utf-8")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+        self.fh.seek(0)
+        text = self.fh.read()
+        doc = json.loads(text) if text.strip() else {}
+        self.last_qstat: dict[str, float] = doc.get("last_qstat", {})
+        self.ports: list[float] = doc.get("ports", [])
+
+    def close(self) -> None:
+        self.fh.seek(0)
+        self.fh.truncate()
+        json.dump({"last_qstat": self.last_qstat, "ports": self.ports}, self.fh)
+        self.fh.flush()
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def costs(control: dict, program: str, args: list[str]) -> dict:
+    """Work out the call's costs on the host's state; return them (the caller
+    sleeps ``seconds``)."""
+    settings = control.get("costs", {})
+    if settings is False:
+        return {"connections": connections(program, args), "throttled": False,
+                "port_waits": 0, "seconds": 0.0}  # fmt: skip
+    scale = float((settings or {}).get("scale", 1.0))
+    default_state = os.environ["JOBTAP_FAKE_PBS"] + ".state"
+    state = HostState(Path(control.get("state", default_state)))
+    try:
+        now = time.time()
+        throttled = False
+        if program == "qstat":
+            uid = str(os.getuid())
+            last = state.last_qstat.get(uid)
+            throttled = last is not None and int(last) == int(now)
+            state.last_qstat[uid] = now
+        t = now + (THROTTLE * scale if throttled else 0.0)
+        busy = [p for p in state.ports if p > now]  # ports still in TIME_WAIT
+        heapq.heapify(busy)
+        waits = 0
+        n = connections(program, args)
+        for _ in range(n):
+            while busy and busy[0] <= t:
+                heapq.heappop(busy)
+            while len(busy) >= PORTS:  # none free: wait and try again
+                t += PORT_RETRY * scale
+                waits += 1
+                while busy and busy[0] <= t:
+                    heapq.heappop(busy)
+            t += CONNECT * scale
+            heapq.heappush(busy, t + TIME_WAIT * scale)
+        state.ports = busy
+    finally:
+        state.close()
+    return {"connections": n, "throttled": throttled, "port_waits": waits, "seconds": t - now}
+
+
+def log_call(control: dict, program: str, args: list[str], spent: dict) -> None:
+    path = control.get("log")
+    if path:
+        line = json.dumps({"program": program, "args": args, **spent})
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
 
 
 def pbsnodes(directory: Path, stage: str, args: list[str]):
@@ -186,11 +348,17 @@ def main(argv: list[str]) -> int:
             mode = modes.get("qstat-x", mode)
         directory = Path(control["dir"])
         stage = control.get("stage", "00-empty")
+        switch = control.get("switch")
+        if switch and time.time() >= float(switch["at"]):
+            stage = switch["stage"]
         if mode == "fail":
             return fail(f"{program}: cannot connect to server vm (errno=15010)", 1)
         if mode == "hang":
             time.sleep(60)
             return 0
+        spent = costs(control, program, args)
+        log_call(control, program, args, spent)
+        time.sleep(max(0.0, spent["seconds"]))
         if mode == "empty":
             doc = {"timestamp": int(time.time()), "pbs_version": "23.06.06", "pbs_server": "vm"}
             sys.stdout.buffer.write(dump(doc))

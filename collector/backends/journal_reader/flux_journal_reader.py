@@ -8,7 +8,10 @@ Run under ``flux python`` by the collector in follow mode (see
 
 It stands alone (standard library; ``flux`` is imported inside :func:`follow`
 only), because ``flux python`` is the Python that has Flux's bindings, not the
-collector's.  The collector never imports it.
+collector's.  The collector never imports it.  It lives in a folder of its own:
+Python puts a script's folder first on ``sys.path``, and beside the backend's
+``flux.py`` the ``import flux`` below found that module instead of Flux's
+bindings (on a real Flux the feed never started).
 
 One line per journal event, flushed at once::
 
@@ -17,7 +20,9 @@ One line per journal event, flushed at once::
 
 (``userid``, the job's owner, on submit events only; the id is written with
 ``\\u0192`` escapes so the output is ASCII whatever the locale.)  Control lines:
-``{"ready": true, ...}`` once the journal request is sent, ``{"sentinel": true}``
+``{"ready": true, ...}`` once the job manager has taken the journal request (its
+first answer came, or half a second passed without a refusal: a user other than
+the instance owner is refused at once), ``{"sentinel": true}``
 at the end of the backlog (with ``--since``/``--full``), and ``{"flush": true}``
 when the journal has been quiet for ``--coalesce`` seconds after an event, or
 ``--max-delay`` seconds after the first event not yet flushed: the reader's
@@ -46,6 +51,10 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 F58_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+# A refusal of the journal request (EPERM) comes back at once; this long
+# without one, the request counts as taken and the reader says it is ready.
+READY_AFTER = 0.5
+TIMED_OUT = object()
 
 
 def encode_f58(value: int) -> str:
@@ -177,19 +186,25 @@ def follow(args: argparse.Namespace, emitter: Emitter) -> int:
     consumer = JournalConsumer(
         flux.Flux(), full=full, since=args.since or 0.0, include_sentinel=full
     ).start()
-    emitter.control(ready=True, full=full, since=args.since)
+    ready = False
     while True:
         timeout = emitter.wait(time.monotonic())
+        if not ready:
+            timeout = READY_AFTER if timeout < 0 else min(timeout, READY_AFTER)
         try:
             event = consumer.poll(timeout=timeout)
         except TimeoutError:
+            event = TIMED_OUT
+        except OSError as exc:
+            if exc.errno != errno.ETIMEDOUT:
+                raise  # e.g. EPERM: the journal is the instance owner's only
+            event = TIMED_OUT
+        if not ready:  # an answer, or no refusal in time: the request was taken
+            emitter.control(ready=True, full=full, since=args.since)
+            ready = True
+        if event is TIMED_OUT:
             emitter.flush()
             continue
-        except OSError as exc:
-            if exc.errno == errno.ETIMEDOUT:
-                emitter.flush()
-                continue
-            raise
         if event is None:
             emitter.flush()
             sys.stderr.write("flux journal reader: the journal stream ended\n")
