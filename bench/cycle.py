@@ -1,6 +1,6 @@
 """What one collector cycle costs at scale, stage by stage.
 
-    python -m bench.cycle --jobs 100000 [--changed 0.01] [--cycles 3]
+    python -m bench.cycle --jobs 100000 [--changed 0.01] [--cycles 3] [--metrics | --compare]
 
 The simulated cluster (collector/sim.py) renders ``--jobs`` jobs as the exact
 document ``qstat -f -F json`` prints.  After a first cycle has shipped them all,
@@ -10,6 +10,11 @@ real collector cycle on those bytes against a local redis-server: parse
 (orjson + checks), fingerprint, normalise the changed, history look-up of the
 vanished, ship (enqueue_many into rq).  The whole cycle is compared with a bare
 ``orjson.loads`` of the same bytes.  Target: <= 2x at 100k jobs and 1% changed.
+
+``--metrics``: each cycle is also counted in the collector's Prometheus series
+(what ``jobtap collector --metrics-port`` does after a cycle), and the whole
+cycle includes that.  ``--compare``: cycles alternately without and with
+metrics; prints the median of each and their ratio (target: under 5%).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import orjson
 
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import normalise_job, parse_qstat_jobs
-from jobtap.collector.cycle import Collector
+from jobtap.collector.cycle import Collector, CycleReport
+from jobtap.collector.metrics import CollectorMetrics
 from jobtap.sim import Simulation
 
 SITE = "bench"
@@ -74,12 +80,53 @@ def bare_loads(raw: bytes, repeat: int = 3, *, pause_gc: bool = False) -> float:
     return best
 
 
+def counted_cycle(col: Collector, metrics: CollectorMetrics | None) -> CycleReport:
+    """One cycle; with ``metrics``, counted the way the service counts it, and the
+    counting is part of the cycle's time (as a stage of its own)."""
+    rep = col.run_cycle(with_nodes=False)
+    if metrics is not None:
+        t0 = time.perf_counter()
+        metrics.cycle_done(rep, rep.duration)
+        rep.timings["metrics"] = time.perf_counter() - t0
+    return rep
+
+
+def compare(sim, backend, col, r, args) -> None:
+    """Cycles without and with metrics in ABBA order on the same simulation, timed
+    by the wall clock and by this process's CPU time (steadier on a shared machine)."""
+    rng = random.Random(args.seed)
+    metrics = CollectorMetrics(SITE)
+    times: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    for i in range(2 * max(3, args.cycles)):
+        which = ("off", "on")[i % 2] if (i // 2) % 2 == 0 else ("on", "off")[i % 2]
+        sim.mutate_fraction(args.changed, rng)
+        backend.raw = sim.qstat_json()
+        gc.collect()
+        t0, c0 = time.perf_counter(), time.process_time()
+        counted_cycle(col, metrics if which == "on" else None)
+        times[which].append((time.perf_counter() - t0, time.process_time() - c0))
+        r.flushdb()
+    med = {}
+    for k in ("off", "on"):
+        wall = [w for w, _ in times[k]]
+        med[k] = (statistics.median(wall), statistics.median(c for _, c in times[k]))
+        print(f"metrics {k:<3}  whole cycle: " + " ".join(f"{x * 1000:.0f}ms" for x in wall)
+              + f"   median {med[k][0] * 1000:.0f}ms, CPU {med[k][1] * 1000:.0f}ms")  # fmt: skip
+    for i, what in enumerate(("wall clock", "CPU time")):
+        ratio = med["on"][i] / med["off"][i]
+        print(f"metrics on / off ({what}, median): {ratio:.3f}x (cost {100 * (ratio - 1):+.1f}%)")
+    rep = counted_cycle(col, metrics)
+    print(f"the metrics of one cycle: {rep.timings['metrics'] * 1e6:.0f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--changed", type=float, default=0.01)
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--metrics", action="store_true", help="count cycles in Prometheus series")
+    ap.add_argument("--compare", action="store_true", help="metrics off and on, alternated")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -99,6 +146,10 @@ def main() -> None:
         chunks = first.counts.get("chunks", 0)
         print(f"first cycle shipped {shipped:,} jobs in {first.duration:.2f}s ({chunks} chunks)")
         r.flushdb()  # the queued chunks are not part of the measurement
+        if args.compare:
+            compare(sim, backend, col, r, args)
+            return
+        metrics = CollectorMetrics(SITE) if args.metrics else None
         rng = random.Random(args.seed)
         rows = []
         for _ in range(args.cycles):
@@ -107,13 +158,14 @@ def main() -> None:
             loads = bare_loads(backend.raw)
             loads_nogc = bare_loads(backend.raw, pause_gc=True)
             gc.collect()
-            rep = col.run_cycle(with_nodes=False)
+            rep = counted_cycle(col, metrics)
             rows.append((len(backend.raw), loads, rep, loads_nogc))
             r.flushdb()
         print(
             f"\n{'stage':<12}" + "".join(f"{'cycle ' + str(i + 1):>12}" for i in range(len(rows)))
         )
         stages = ["stat", "fingerprint", "normalise", "history", "ship"]
+        stages += ["metrics"] if metrics is not None else []
         names = {"stat": "parse", "history": "history"}
         for st in stages:
             vals = [rep.timings.get(st, 0.0) for _, _, rep, _ in rows]

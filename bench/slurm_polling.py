@@ -14,8 +14,8 @@ side by side into docs/performance.md, section "Slurm: polling versus jobtap
 * polling: ``--tools`` threads, each running ``--poll-command`` (default
   ``squeue``) every ``--poll-interval`` seconds, staggered;
 * jobtap: a local redis-server, ``jobtap worker``, the collector
-  (``CollectorService``, SlurmBackend, every ``--interval`` seconds, nodes and
-  partitions every cycle: squeue + sinfo + scontrol show partition), and
+  (``CollectorService``, SlurmBackend, every ``--interval`` seconds: its probe,
+  ``squeue --json`` every 60 s, nodes and partitions every cycle), and
   ``--tools`` SDK clients, each subscribed to the jobs of user root.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -32,6 +31,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,6 @@ DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Slurm: polling versus jobtap (sdiag RPC counts)"
 LOCK = Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock"))
 SITE = "slurmbench"
-_RPC = re.compile(r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)")
 
 
 def sh(*argv: str, timeout: float = 60, check: bool = True) -> str:
@@ -55,18 +55,33 @@ def sh(*argv: str, timeout: float = 60, check: bool = True) -> str:
 
 def sdiag_counts() -> Counter[str]:
     """RPC counts by message type since the last ``sdiag --reset``."""
-    counts: Counter[str] = Counter()
-    in_section = False
-    for line in sh("sdiag").splitlines():
-        if line.startswith("Remote Procedure Call statistics by message type"):
-            in_section = True
-            continue
-        if in_section and line and not line[0].isspace():
-            break
-        match = _RPC.match(line) if in_section else None
-        if match:
-            counts[match[1]] = int(match[2])
-    return counts
+    from tests.support.slurm import rpc_stats
+
+    return Counter({name: count for name, (count, _) in rpc_stats(sh("sdiag")).items()})
+
+
+@contextmanager
+def slurm_held() -> Iterator[None]:
+    """The Slurm lock of the live tests, held, and Slurm started (start.sh)."""
+    with open(LOCK, "a") as lock:
+        print(f"waiting for the Slurm lock {LOCK} (held while tests use Slurm)...", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise SystemExit(f"Slurm did not start:\n{proc.stdout}{proc.stderr}")
+        yield
+
+
+def stop_services(worker: subprocess.Popen, log, r, server) -> None:
+    """End a phase's ``jobtap worker``, its log, the client and the redis-server."""
+    worker.terminate()
+    try:
+        worker.wait(20)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+    log.close()
+    r.close()
+    server.stop()
 
 
 def sbatch(*args: str) -> str:
@@ -145,7 +160,6 @@ def run_polling(args: argparse.Namespace, jobs: list[str]) -> Phase:
 
 
 def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
-    sys.path.insert(0, str(ROOT))
     import jobtap
     from jobtap.cli.localredis import RedisServer
     from jobtap.collector.backends.slurm import SlurmBackend
@@ -206,14 +220,7 @@ def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
     finally:
         for client in clients:
             client.close()
-        worker.terminate()
-        try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        log.close()
-        r.close()
-        server.stop()
+        stop_services(worker, log, r, server)
     return phase
 
 
@@ -257,8 +264,9 @@ def section(args: argparse.Namespace, polling: Phase, jobtap: Phase, argv: list[
 
 What {args.tools} tools cost slurmctld when each polls `{args.poll_command}` every
 {args.poll_interval:g} s, versus the same {args.tools} tools subscribed through jobtap,
-where one collector stats Slurm every {args.interval:g} s (`squeue --json`, `sinfo --json`
-and `scontrol show partition -o` every cycle) and the tools get pushed changes. Counts
+where one collector observes Slurm every {args.interval:g} s (its probe, a compact `squeue`
+listing, with `slurmrestd` for the jobs that moved and `squeue --json` every 60 s; `sinfo
+--json` and `scontrol show partition -o` every cycle) and the tools get pushed changes. Counts
 are slurmctld's own (`sdiag --reset` before each phase, `sdiag` after it), over
 {args.duration:g} s per phase, on the single-host {version} of `deploy/slurm/start.sh`
 (four node names on {os.cpu_count()} cores) with {args.jobs} held jobs, one running job
@@ -284,7 +292,7 @@ Reproduce (as root; about {minutes} min):
 """
 
 
-def write_doc(text: str, path: Path = DOC) -> None:
+def write_doc(text: str, path: Path = DOC, heading: str = HEADING) -> None:
     """Put the section into ``path``: replace the one with the same heading (up to
     the next ``## `` heading), or append it; other sections are left as they are."""
     if not path.exists():
@@ -292,7 +300,7 @@ def write_doc(text: str, path: Path = DOC) -> None:
         path.write_text("# Performance\n\n" + text)
         return
     lines = path.read_text().splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == HEADING), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == heading), None)
     if start is None:
         body = "".join(lines).rstrip("\n")
         path.write_text(body + "\n\n" + text)
@@ -318,12 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
 
-    with open(LOCK, "a") as lock:
-        print(f"waiting for the Slurm lock {LOCK} (held while tests use Slurm)...", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise SystemExit(f"Slurm did not start:\n{proc.stdout}{proc.stderr}")
+    with slurm_held():
         cancel_all()
         held = [sbatch("-H", "-t", "5", "--wrap", "true", "-J", "held") for _ in range(args.jobs)]
         minutes = int(2 * args.duration / 60) + 5

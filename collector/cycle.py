@@ -3,9 +3,14 @@
     stat -> fingerprint -> compare with what was shipped -> normalise the changed
     -> look up the vanished in history -> ship -> remember
 
-A cycle either ships everything it found or changes nothing: the tracker is
-updated only after the chunks are enqueued, so a failure at any step leaves the
-next cycle to find the same changes again.
+What is stat'ed depends on the cycle's tier (``plan.py``): a *reconciliation*
+stats every job (the steps above, in full); a *probe* cycle asks the backend's
+cheap probe what changed and stats just those jobs (``stat_some``), then goes
+through the same fingerprint, normalise and ship steps.
+
+A cycle either ships everything it found or changes nothing: the tracker (and
+the plan's memory) is updated only after the chunks are enqueued, so a failure
+at any step leaves the next cycle to find the same changes again.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 import redis
 
 from jobtap.keys import SiteKeys
-from jobtap.schema import JOB, NODE, QUEUE, TERMINAL
+from jobtap.schema import JOB, KINDS, NODE, QUEUE, TERMINAL
 from jobtap.workers import chunk
 from jobtap.workers.chunk import STATE, UPDATE, Item
 
@@ -30,13 +35,19 @@ from .backends.base import (
     Backend,
     BadRecord,
     CanonicalIds,
+    ChangeProbe,
+    Cost,
+    MeasuresCost,
     Native,
+    Probe,
+    ProbeUnavailable,
     Record,
     StatError,
     check_object_id,
 )
 from .fingerprint import fingerprint, fingerprint_all
 from .nodewatch import ON_NODES, NodeWatch
+from .plan import PROBE, RECONCILE, ObservationPlan, Targets
 from .ship import Batches, Shipper
 from .tracker import Seen, Tracker
 
@@ -55,9 +66,15 @@ def utc_now_iso() -> str:
 
 @dataclass
 class CycleReport:
+    """What one cycle did: its tier, how long each stage took, what each stage's
+    commands cost (``costs[stage] = [commands, bytes]``, for backends that
+    count it), and what it found."""
+
     cycle: int
     observed_at: str
+    tier: str = RECONCILE
     timings: dict[str, float] = field(default_factory=dict)
+    costs: dict[str, list[int]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     bad: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -69,17 +86,43 @@ class CycleReport:
     def add(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
 
+    def tier_fields(self, duration: float) -> dict[str, str | int | float]:
+        """What ``meta`` keeps of this cycle's tier: which tier ran last, and
+        per tier when it last ran, how long it took, what its commands cost
+        (count and bytes printed) and how many jobs it stat'ed.  Kept per tier
+        so that ``jobtap status`` shows both the probe and the reconciliation."""
+        prefix = f"{self.tier}_last"
+        jobs = self.counts.get("jobs" if self.tier == RECONCILE else "targeted_found", 0)
+        return {
+            "last_tier": self.tier,
+            f"{prefix}_at": self.observed_at,
+            f"{prefix}_s": round(duration, 4),
+            f"{prefix}_commands": sum(c for c, _ in self.costs.values()),
+            f"{prefix}_bytes": sum(b for _, b in self.costs.values()),
+            f"{prefix}_jobs": jobs,
+        }
+
 
 class _Stopwatch:
-    def __init__(self, report: CycleReport, stage: str):
-        self.report, self.stage = report, stage
+    """Adds a stage's time (and, given the backend's :class:`Cost`, the
+    commands it ran and the bytes they printed) to the report."""
+
+    def __init__(self, report: CycleReport, stage: str, cost: Cost | None = None):
+        self.report, self.stage, self.cost = report, stage, cost
 
     def __enter__(self) -> None:
         self.t0 = time.perf_counter()
+        self.c0 = self.cost.snapshot() if self.cost is not None else (0, 0)
 
     def __exit__(self, *exc: Any) -> None:
         t = self.report.timings
         t[self.stage] = t.get(self.stage, 0.0) + time.perf_counter() - self.t0
+        if self.cost is not None:
+            commands, size = self.cost.snapshot()
+            if commands > self.c0[0]:
+                spent = self.report.costs.setdefault(self.stage, [0, 0])
+                spent[0] += commands - self.c0[0]
+                spent[1] += size - self.c0[1]
 
 
 @contextmanager
@@ -190,6 +233,11 @@ class Collector:
     ``shrink_ratio``: a live list that lost more than this fraction of its active
     jobs since the last cycle (or is suddenly empty) is believed only for the
     jobs that history confirms as finished; the others stay as they were.
+    ``reconcile_every``: seconds between full stats when the backend has a
+    probe (:class:`~.backends.base.ChangeProbe`; 0: a full stat every cycle);
+    ``max_targeted``: a probe naming more jobs than this makes the cycle a full
+    stat (see :class:`~.plan.ObservationPlan`); ``clock``: the plan's
+    seconds (monotonic; a simulation's virtual clock in tests and benchmarks).
     """
 
     def __init__(
@@ -202,6 +250,9 @@ class Collector:
         nodes_every: int = 6,
         chunk_size: int = 1000,
         shrink_ratio: float = 0.5,
+        reconcile_every: float = 60.0,
+        max_targeted: int = 5000,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.backend = backend
         self.redis = data_redis
@@ -215,14 +266,24 @@ class Collector:
         self.job_nodes_known = self.node_states_known = False
         self.cycles_run = 0
         self.last_cycle = 0
-        # Checked once: does this scheduler spell job ids in several ways?
+        # Checked once: does this scheduler spell job ids in several ways, can it
+        # say cheaply what changed, does it count what its commands cost?
         self.canonical_id = backend.canonical_id if isinstance(backend, CanonicalIds) else None
+        self.prober = backend if isinstance(backend, ChangeProbe) else None
+        self.cost = backend.cost if isinstance(backend, MeasuresCost) else None
+        self.plan = ObservationPlan(
+            reconcile_every=reconcile_every,
+            probing=self.prober is not None,
+            max_targeted=max_targeted,
+            clock=clock,
+        )
 
     # -- state ------------------------------------------------------------------
     def load(self) -> Tracker:
         self.tracker = Tracker.load(self.redis, self.keys)
         self.nodewatch = NodeWatch()
         self.job_nodes_known = self.node_states_known = False
+        self.plan.reset()  # what the probe remembered is no longer a baseline
         log.info(
             "loaded %d jobs, %d nodes, %d queues from %s",
             self.tracker.count(JOB),
@@ -231,6 +292,21 @@ class Collector:
             self.keys.fingerprints,
         )
         return self.tracker
+
+    def resume_after_loss(self) -> None:
+        """Redis' data is not what this collector shipped (a new epoch began):
+        take what Redis holds now, and forget the fingerprints of the objects
+        Redis lost, so that each is shipped again if it is still there, and a
+        job that ended meanwhile is looked up in history for its final."""
+        known = self.tracker
+        self.load()
+        if known is None:
+            return
+        assert self.tracker is not None
+        for kind in KINDS:
+            now = self.tracker.of(kind)
+            for oid in known.of(kind).keys() - now.keys():
+                now[oid] = Seen("", "")
 
     def next_cycle(self) -> int:
         """The next cycle number: persisted in ``meta``, monotonic even if Redis
@@ -243,19 +319,24 @@ class Collector:
         return cycle
 
     # -- one cycle ----------------------------------------------------------------
-    def run_cycle(self, *, with_nodes: bool | None = None) -> CycleReport:
-        """Run one cycle; raise :class:`CycleFailed` if it changed nothing."""
+    def run_cycle(self, *, with_nodes: bool | None = None, tier: str | None = None) -> CycleReport:
+        """Run one cycle of ``tier`` (default: the one the plan chooses); raise
+        :class:`CycleFailed` if it changed nothing."""
         if self.tracker is None:
             self.load()
         if with_nodes is None:
             with_nodes = self.cycles_run % self.nodes_every == 0
+        if tier is None:
+            tier = self.plan.tier()
+        elif tier not in (PROBE, RECONCILE) or (tier == PROBE and self.prober is None):
+            raise ValueError(f"cannot run a {tier!r} cycle with {self.backend!r}")
         report = self._new_report()
         shipment = Shipment()
         bad, delta = self.nodewatch.bad, set[str]()
         if with_nodes:  # nodes first: a node that just went bad changes its jobs' reason
             bad, delta = self._nodes_and_queues(report, shipment)
         try:
-            self._jobs(report, shipment, bad, delta)
+            self._jobs_of_tier(tier, report, shipment, bad, delta)
         except StatError as exc:
             raise CycleFailed(str(exc)) from exc
         shipment.then(lambda: setattr(self.nodewatch, "bad", bad))
@@ -279,7 +360,7 @@ class Collector:
         if not ids:
             return report
         try:
-            with _Stopwatch(report, "stat"):
+            with self._watch(report, "stat"):
                 natives = self.backend.stat_some(ids)
         except StatError as exc:
             raise CycleFailed(str(exc)) from exc
@@ -297,6 +378,9 @@ class Collector:
         return report
 
     # -- the steps -----------------------------------------------------------------
+    def _watch(self, report: CycleReport, stage: str) -> _Stopwatch:
+        return _Stopwatch(report, stage, self.cost)
+
     def _new_report(self) -> CycleReport:
         try:
             cycle = self.next_cycle()
@@ -324,7 +408,7 @@ class Collector:
         """Enqueue the chunks (and drop forgotten fingerprints) in one round trip,
         then remember what was shipped."""
         forget = shipment.forget
-        with _Stopwatch(report, "ship"):
+        with self._watch(report, "ship"):
             try:
                 pipe = self.shipper.redis.pipeline(transaction=False)
                 report.counts["chunks"] = self.shipper.ship(
@@ -361,28 +445,129 @@ class Collector:
         for jid, rec in records.items():
             watch.note(jid, rec)
 
-    def _jobs(
-        self, report: CycleReport, shipment: Shipment, bad: dict[str, str], delta: set[str]
+    def _jobs_of_tier(
+        self,
+        tier: str,
+        report: CycleReport,
+        shipment: Shipment,
+        bad: dict[str, str],
+        delta: set[str],
     ) -> None:
-        """Stat every job; ship the changed and the vanished ones."""
+        """Tier 1 and 2 (probe, then a targeted stat of what it names), or, when
+        a reconciliation is due or the probe names too much, tier 3 (a full
+        stat).  A reconciliation probes first too: its probe is the baseline of
+        the next probe cycle, taken before the full stat so that nothing that
+        changes in between is missed."""
+        started = self.plan.clock()
+        probe = self._probe(report, self.plan.probe_since(tier))
+        if tier == PROBE and probe is not None:
+            seen = self._seen(JOB)
+            targets = self.plan.targets(probe, seen)
+            report.counts.update(probe_named=len(probe.named), targeted=len(targets))
+            if not self.plan.too_many(targets, seen):
+                report.tier = PROBE
+                self._targeted(targets, probe, report, shipment, bad, delta)
+                return
+            report.add("escalated")  # one full stat costs less than this many targeted ones
+        report.tier = RECONCILE
+        self._jobs(report, shipment, bad, delta)
+        shipment.then(lambda: self.plan.commit_reconcile(probe, started))
+
+    def _probe(self, report: CycleReport, since: float | None) -> Probe | None:
+        """Tier 1: the backend's cheap probe (None for a backend without one, or
+        when every cycle is a full stat)."""
+        if self.prober is None or not self.plan.probing:
+            return None
+        try:
+            with no_gc(), self._watch(report, "probe"):
+                return self.prober.probe(since)
+        except ProbeUnavailable as exc:
+            log.warning("the probe cannot run (%s): every cycle stats every job", exc)
+            report.warnings.append(f"no probe ({exc}): every cycle stats every job")
+            self.plan.probing = False
+            return None
+
+    def _targeted(
+        self,
+        targets: Targets,
+        probe: Probe,
+        report: CycleReport,
+        shipment: Shipment,
+        bad: dict[str, str],
+        delta: set[str],
+    ) -> None:
+        """Tier 2: full records of the jobs the probe named (and of the jobs on
+        nodes that just went bad or came back); ship the changed ones.
+
+        Nothing is finalised here but from a record that says the job ended:
+        a job that the scheduler no longer knows at all is left to the next
+        reconciliation, which has the full list and the shrink guard."""
         seen = self._seen(JOB)
-        with no_gc(), _Stopwatch(report, "stat"):
-            natives = self.backend.stat_jobs()
-        with no_gc(), _Stopwatch(report, "fingerprint"):
+        ids = list(dict.fromkeys([*targets.ids, *sorted(self.nodewatch.jobs_on(delta))]))
+        ids = [j for j in ids if j not in targets.records]
+        natives: dict[str, Native] = {}
+        if ids:
+            with no_gc(), self._watch(report, "stat"):
+                found = self.backend.stat_some(ids)
+            natives = {j: found[j] for j in ids if j in found}
+        natives.update(targets.records)
+        with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
-            changed, vanished = compare(seen, fps)
-        report.counts.update(jobs=len(natives), changed=len(changed), vanished=len(vanished))
-        self._learn_job_nodes(natives, report)
-        # Jobs on nodes that just went bad or came back: refresh them although
-        # the scheduler's record of them did not change.
+            changed = [
+                j for j, fp in fps.items() if (s := seen.get(j)) is None or s.fingerprint != fp
+            ]
+        report.counts.update(targeted_found=len(natives), changed=len(changed))
+        records, state_items, update_items, new_seen = self._changed_jobs(
+            natives, fps, changed, delta, report, bad
+        )
+        if probe.complete:  # jobs no longer listed whose record (history) says they ended
+            gone = [j for j in ids if j not in probe.named and j in records]
+            ended = sum(1 for j in gone if records[j].get("state") in TERMINAL)
+            if ended:
+                report.add("finalised", ended)
+        shipment.add(STATE, JOB, state_items)
+        shipment.add(UPDATE, JOB, update_items)
+        shipment.then(lambda: self._remember_jobs(new_seen, records, drop=()))
+        shipment.then(lambda: self.plan.commit_probe(probe, ids, set(natives)))
+
+    def _changed_jobs(
+        self,
+        natives: dict[str, Native],
+        fps: dict[str, str],
+        changed: list[str],
+        delta: set[str],
+        report: CycleReport,
+        bad: dict[str, str],
+    ) -> tuple[dict[str, Record], list[Item], list[Item], dict[str, Seen]]:
+        """Normalise and classify the changed jobs, and the jobs on nodes that
+        just went bad or came back (their reason changes although the
+        scheduler's record of them did not)."""
+        seen = self._seen(JOB)
         nodes_moved = {j for j in self.nodewatch.jobs_on(delta) if j in natives} - set(changed)
         if nodes_moved:
             changed = changed + sorted(nodes_moved)
             report.add("node_reason", len(nodes_moved))
-        with _Stopwatch(report, "normalise"):
+        with self._watch(report, "normalise"):
             records = self._normalise_jobs(natives, changed, report, bad)
         state_items, update_items, new_seen = classify(
             changed, fps, records, seen, nodes_moved, report
+        )
+        return records, state_items, update_items, new_seen
+
+    def _jobs(
+        self, report: CycleReport, shipment: Shipment, bad: dict[str, str], delta: set[str]
+    ) -> None:
+        """Tier 3: stat every job; ship the changed and the vanished ones."""
+        seen = self._seen(JOB)
+        with no_gc(), self._watch(report, "stat"):
+            natives = self.backend.stat_jobs()
+        with no_gc(), self._watch(report, "fingerprint"):
+            fps = fingerprint_all(natives)
+            changed, vanished = compare(seen, fps)
+        report.counts.update(jobs=len(natives), changed=len(changed), vanished=len(vanished))
+        self._learn_job_nodes(natives, report)
+        records, state_items, update_items, new_seen = self._changed_jobs(
+            natives, fps, changed, delta, report, bad
         )
         finals, drop = self._vanished(vanished, natives, report, shipment)
         shipment.add(STATE, JOB, state_items + finals)
@@ -424,7 +609,7 @@ class Collector:
         suspicious = len(active) > 1 and (
             not natives or len(active) > self.shrink_ratio * prev_active
         )
-        with _Stopwatch(report, "history"):
+        with self._watch(report, "history"):
             found = self.backend.history(active)
         history = normalise_many(self.backend.normalise_job, found, list(found), self.site, report)
         kept = 0
@@ -477,7 +662,7 @@ class Collector:
         shipment: Shipment,
     ) -> tuple[list[Record], list[str]] | None:
         seen = self._seen(kind)
-        with _Stopwatch(report, f"stat_{kind}s"):
+        with self._watch(report, f"stat_{kind}s"):
             natives = stat()
         if not natives and seen:
             report.warnings.append(f"{kind} list is empty: ignored (had {len(seen)})")

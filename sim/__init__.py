@@ -15,8 +15,8 @@ One module per job, imported in one direction (each only from those above it):
 """
 
 from jobtap.sim.backend import SimBackend
-from jobtap.sim.faults import FAULT_KINDS, JOB_FAULTS
+from jobtap.sim.faults import FAULT_KINDS, JOB_FAULTS, PROBE_FAULTS
 from jobtap.sim.model import Simulation
 from jobtap.sim.truth import JobTruth
 
-__all__ = ["FAULT_KINDS", "JOB_FAULTS", "JobTruth", "SimBackend", "Simulation"]
+__all__ = ["FAULT_KINDS", "JOB_FAULTS", "PROBE_FAULTS", "JobTruth", "SimBackend", "Simulation"]

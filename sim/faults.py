@@ -4,7 +4,10 @@ A fault changes what the next stat(s) of a
 :class:`~jobtap.sim.backend.SimBackend` return, never the simulation or its
 ground truth: ``fail`` (the job stat raises StatError), ``empty`` (it
 returns no job), ``short`` (it returns ~10% of the jobs), ``history_fail``
-(the history look-up raises).
+(the history look-up raises), ``probe_fail`` (the probe, ``qselect``, exits
+non-zero), ``probe_garbage`` (it prints something that is not a list of job
+ids), ``probe_blind`` (it prints nothing although jobs changed: a change the
+probe cannot see).
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["FAULT_KINDS", "JOB_FAULTS", "FaultQueue"]
+__all__ = ["FAULT_KINDS", "JOB_FAULTS", "PROBE_FAULTS", "FaultQueue"]
 
-FAULT_KINDS = ("fail", "empty", "short", "history_fail")
+FAULT_KINDS = ("fail", "empty", "short", "history_fail", "probe_fail", "probe_garbage",
+               "probe_blind")  # fmt: skip
 JOB_FAULTS = ("fail", "empty", "short")  # the ones the job stat consumes
+PROBE_FAULTS = ("probe_fail", "probe_garbage", "probe_blind")  # the probe's
 
 
 class FaultQueue:

@@ -305,6 +305,10 @@ class Simulation:
         self._uncommented: dict[str, _Job] = {}  # pending jobs the scheduler has not judged
         self._history: dict[str, _Job] = {}
         self._history_order: deque[tuple[float, str]] = deque()
+        # (mtime in whole seconds, job id) of every record change, oldest first:
+        # what ``qselect -x -t m.gt.T`` looks at (see changed_since).
+        self._mtime_log: deque[tuple[int, str]] = deque()
+        self.mtime_log_keep = 6 * 3600.0
         self._faults = FaultQueue()
         self._sched_pending = False
         self._last_sched = -math.inf
@@ -395,6 +399,7 @@ class Simulation:
             self._dispatch(kind, obj, token)
         self._now = until
         self._expire_history()
+        self._trim_mtime_log()
 
     def _push(self, t: float, kind: int, obj: Any, token: int) -> None:
         self._seq += 1
@@ -679,6 +684,7 @@ class Simulation:
         self.truth[job.id] = truth
         self._live[job.id] = job
         self._pokes.append(job.id)  # like PBS's queuejob hook
+        self._mtime_log.append((int(self._now), job.id))
 
     def _note(self, job: _Job) -> None:
         """Record a state change in the ground truth."""
@@ -692,6 +698,7 @@ class Simulation:
         """The record changed: stamp mtime and bump its version."""
         job.native["mtime"] = pbs_time(int(self._now))
         job.version += 1
+        self._mtime_log.append((int(self._now), job.id))
         if job.kind == _PARENT:
             self._sync_placeholders(job)
 
@@ -1153,10 +1160,12 @@ class Simulation:
     def _sync_placeholders(self, parent: _Job) -> None:
         """Not-yet-started subjobs are shown as copies of their parent."""
         base = render.placeholder_record(parent.native)
+        t = int(self._now)
         for sub in parent.subjobs:
             if not sub.started and not sub.finished:
                 sub.native = base.copy()
                 sub.version += 1
+                self._mtime_log.append((t, sub.id))
 
     def _delete_array(self, parent: _Job) -> None:
         """``qdel N[]``: queued subjobs are cancelled, running ones killed."""
@@ -1248,6 +1257,43 @@ class Simulation:
             job = self._history.pop(job_id, None)
             if job is not None:
                 job.truth.purged = True
+
+    def _trim_mtime_log(self) -> None:
+        horizon = self._now - self.mtime_log_keep
+        log = self._mtime_log
+        while log and log[0][0] < horizon:
+            log.popleft()
+
+    # Probing -------------------------------------------------------------------------
+    def changed_since(self, t: float) -> list[str]:
+        """``qselect -x -T -t m.gt.T``: the jobs whose record changed after ``t``
+        (mtime has whole seconds: strictly after ``int(t)``), live or finished
+        and still in history (``-x``), subjobs included, oldest change first.
+        Purged jobs are absent, as the server has forgotten them.  Asked for a
+        time older than it remembers changes, it names every job it knows."""
+        live, history = self._live, self._history
+        log = self._mtime_log
+        if not log or t < log[0][0]:
+            return [*live, *history]
+        after = int(t)
+        start = bisect(log, (after, "\uffff"))  # first entry with mtime > after
+        out: dict[str, None] = {}
+        for i in range(start, len(log)):
+            job_id = log[i][1]
+            if job_id in live or job_id in history:
+                out[job_id] = None
+        return list(out)
+
+    def alter(self, job_id: str, key: str, value: Any, *, moves_mtime: bool = True) -> None:
+        """``qalter``: set one attribute of a live job's record.  With
+        ``moves_mtime=False`` the record changes but its ``mtime`` does not:
+        a change that ``qselect -t m.gt.T`` cannot see (a full stat finds it)."""
+        job = self._live[job_id]
+        job.native[key] = value
+        if moves_mtime:
+            self._touch(job)
+        else:
+            job.version += 1
 
     # Rendering -----------------------------------------------------------------------
     @property

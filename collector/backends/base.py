@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 Native = dict[str, Any]
@@ -13,6 +15,16 @@ Record = dict[str, Any]
 class StatError(Exception):
     """A stat of the server failed: command missing, non-zero exit, timeout,
     output that is not what the scheduler prints.  A failed stat changes nothing."""
+
+
+class CommandNotFound(StatError):
+    """The command does not exist here (a failed stat like any other, which
+    an optional step may take as "this ability is missing")."""
+
+
+class ProbeUnavailable(Exception):
+    """A backend's probe cannot run here at all (its command is missing): the
+    collector stops probing and stats every job every cycle."""
 
 
 class BadRecord(ValueError):
@@ -85,6 +97,84 @@ class CanonicalIds(Protocol):
     pokes go through ``canonical_id`` before a refresh (None: not a job id)."""
 
     def canonical_id(self, job_id: str) -> str | None: ...
+
+
+@dataclass
+class Probe:
+    """What a backend's cheap probe saw: the first tier of the observation plan
+    (``collector/plan.py``).  A probe never decides anything by itself: it only
+    names the jobs worth a full record.
+
+    ``named``: job id -> signature.  A *listing* probe (``complete``) names every
+    job the scheduler lists now, each with a short signature of the fields that
+    reveal a change (Slurm: one ``squeue`` text line); the collector stats the
+    ids whose signature moved, the new ones and the active ones that are no
+    longer listed.  A *since* probe (not ``complete``) names the jobs that
+    changed since the ``since`` it was given (PBS: ``qselect -x -t m.gt.T``),
+    signatures empty; the collector stats all of them.
+    ``records``: full records the probe already carries (Flux's ``flux jobs``
+    prints whole records), which need no second stat.
+    ``until``: what to pass as ``since`` to the next probe once this one's
+    changes are shipped (the backend subtracts its own overlap from it).
+    """
+
+    named: dict[str, str] = field(default_factory=dict)
+    complete: bool = False
+    records: dict[str, Native] = field(default_factory=dict)
+    until: float | None = None
+
+
+@runtime_checkable
+class ChangeProbe(Protocol):
+    """A scheduler with a cheap way to say which jobs changed.
+
+    ``probe(since)`` returns a :class:`Probe`.  ``since`` is the ``until`` of the
+    last probe whose changes were shipped, or None (at start and at every full
+    reconciliation): then a since-probe names nothing and only returns ``until``,
+    and a listing probe returns its listing.  A probe that fails or prints
+    something it should not raises :class:`StatError`, like any stat."""
+
+    def probe(self, since: float | None) -> Probe: ...
+
+
+@dataclass
+class Cost:
+    """What a backend's commands have cost so far: how many ran and how many
+    bytes they printed (a simulated backend counts what the real commands
+    would print).  The collector reads it before and after each step."""
+
+    commands: int = 0
+    bytes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, output: bytes | int) -> None:
+        """One command ran and printed ``output`` (or that many bytes).  Safe
+        from several threads (Flux runs its commands side by side)."""
+        with self._lock:
+            self.commands += 1
+            self.bytes += output if isinstance(output, int) else len(output)
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.commands, self.bytes
+
+
+@runtime_checkable
+class MeasuresCost(Protocol):
+    """A backend that counts what its commands cost (:class:`Cost`)."""
+
+    cost: Cost
+
+
+@runtime_checkable
+class RecordsAtHand(Protocol):
+    """A backend that can give some jobs' current records without asking the
+    scheduler (Flux: built from the journal events the feed read); follow mode
+    refreshes those first, apart from the others."""
+
+    def at_hand(self, job_ids: Iterable[str]) -> list[str]:
+        """The ids among ``job_ids`` whose record :meth:`Backend.stat_some`
+        would give without running a command."""
+        ...
 
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")

@@ -14,7 +14,7 @@ own rule.
 
 What does not belong here: anything one scheduler alone prints or means (state
 tables, id formats, hostlist dialects: Slurm's and Flux's differ in what they
-accept and how they fail), and ``flux_journal_reader.py``, which runs on its
+accept and how they fail), and ``journal_reader/flux_journal_reader.py``, which runs on its
 own under ``flux python`` and imports nothing from the collector.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from .base import BadRecord, Native, StatError
+from .base import BadRecord, Cost, Native, StatError
 from .run import run, run_full
 
 __all__ = [
@@ -72,6 +72,7 @@ class CommandBackend:
         self.prefix: list[str] = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
         self.timeout = float(timeout)
         self._quote = bool(self.prefix) and self.prefix[0].rpartition("/")[2] == "ssh"
+        self.cost = Cost()  # commands run and bytes read, for the collector's report
 
     def _via(self) -> str:
         """`` via 'ssh head1'`` for ``__repr__``, or "" without a prefix."""
@@ -81,12 +82,30 @@ class CommandBackend:
         """The words handed to the prefix (shell-quoted when it is ssh)."""
         return [shlex.quote(word) for word in argv] if self._quote else list(argv)
 
-    def _run(self, argv: Sequence[str]) -> bytes:
-        return run(self.command(argv), prefix=self.prefix, timeout=self.timeout)
+    def _run(self, argv: Sequence[str], input: bytes | None = None) -> bytes:
+        """The command's standard output (``input``: what to write to its
+        standard input); every failure is a :class:`StatError`."""
+        try:
+            out = run(self.command(argv), prefix=self.prefix, timeout=self.timeout, input=input)
+        except StatError:
+            self.cost.add(0)
+            raise
+        self.cost.add(out)
+        return out
 
-    def _run_full(self, argv: Sequence[str]) -> tuple[int, bytes, bytes]:
+    def _run_full(
+        self, argv: Sequence[str], input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         """``(returncode, stdout, stderr)``, for a caller that judges the exit status."""
-        return run_full(self.command(argv), prefix=self.prefix, timeout=self.timeout)
+        try:
+            result = run_full(
+                self.command(argv), prefix=self.prefix, timeout=self.timeout, input=input
+            )
+        except StatError:
+            self.cost.add(0)
+            raise
+        self.cost.add(result[1])
+        return result
 
 
 # Loading JSON ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
-from .base import StatError
+from .base import CommandNotFound, StatError
 
 
 def run_full(
@@ -17,8 +17,10 @@ def run_full(
     prefix: Sequence[str] = (),
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    input: bytes | None = None,
 ) -> tuple[int, bytes, bytes]:
-    """Run ``prefix + argv`` and return ``(returncode, stdout, stderr)``.
+    """Run ``prefix + argv`` and return ``(returncode, stdout, stderr)``;
+    ``input`` is written to its standard input (otherwise it reads nothing).
 
     For commands whose non-zero exit is not always a failure (``qstat`` exits
     153 when some of the job ids it was given are unknown, yet prints the
@@ -31,18 +33,18 @@ def run_full(
     try:
         proc = subprocess.Popen(
             full,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             env=env,
         )
     except FileNotFoundError as exc:
-        raise StatError(f"{full[0]}: command not found") from exc
+        raise CommandNotFound(f"{full[0]}: command not found") from exc
     except PermissionError as exc:
         raise StatError(f"{full[0]}: permission denied") from exc
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -65,6 +67,7 @@ def run(
     prefix: Sequence[str] = (),
     timeout: float = 60.0,
     env: dict[str, str] | None = None,
+    input: bytes | None = None,
 ) -> bytes:
     """Run ``prefix + argv`` and return its standard output.
 
@@ -72,7 +75,7 @@ def run(
     message: missing, not executable, killed by the timeout, non-zero exit.
     On timeout the whole process group is killed so that nothing lingers.
     """
-    returncode, out, err = run_full(argv, prefix=prefix, timeout=timeout, env=env)
+    returncode, out, err = run_full(argv, prefix=prefix, timeout=timeout, env=env, input=input)
     if returncode != 0:
         name = os.path.basename(argv[0]) if argv else "?"
         raise StatError(f"{name} exited with status {returncode}: {first_line(err)}")

@@ -1,0 +1,79 @@
+"""What each way of reading jobs costs slurmctld and the client, one command at
+a time, with ``--jobs`` held jobs in the queue.
+
+    sudo .venv/bin/python -m bench.slurm_rpc_costs --jobs 2000
+
+Needs root and the single-host Slurm of deploy/slurm/start.sh (started if it is
+not running; it takes the Slurm lock of the live tests).  Each command runs
+``--runs`` times after ``sdiag --reset``; printed per run: the wall time of the
+command (the client's work: squeue's rendering included), the bytes it printed,
+and slurmctld's own time by RPC (``sdiag``).  The point: on 22.05 the probe's
+text listing and ``squeue --json`` send slurmctld the same REQUEST_JOB_INFO,
+which packs every job whatever the client prints; only single-job RPCs
+(``slurmrestd`` GET /job/ID, ``scontrol show job ID``) cost little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from bench.slurm_polling import cancel_all, sh, slurm_held
+from bench.slurm_tiers import fill_queue
+from jobtap.collector.backends import slurm_rest
+from jobtap.collector.backends.slurm import PROBE_FORMAT
+from tests.support.slurm import rpc_stats
+
+REST = ["env", "SLURMRESTD_SECURITY=disable_user_check", "slurmrestd", "-a", "rest_auth/local",
+        "-s", "openapi/v0.0.38"]  # fmt: skip
+
+
+def measure(label: str, argv: list[str], runs: int, data: bytes | None = None) -> None:
+    sh("sdiag", "--reset")
+    t0 = time.perf_counter()
+    size = 0
+    for _ in range(runs):
+        out = subprocess.run(argv, input=data, capture_output=True, timeout=300)
+        size = len(out.stdout)
+    wall = (time.perf_counter() - t0) / runs
+    rpcs = {k: v for k, v in rpc_stats(sh("sdiag")).items() if k != "REQUEST_STATS_INFO"}
+    ctld = sum(us for _, us in rpcs.values()) / runs / 1000
+    detail = ", ".join(f"{k} {us / runs / 1000:.2f}" for k, (_, us) in sorted(rpcs.items()))
+    print(f"| {label} | {wall * 1000:,.1f} | {size:,} | {ctld:.2f} | {detail} |", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.slurm_rpc_costs", description=__doc__)
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
+    with slurm_held():
+        try:
+            held = fill_queue(args.jobs, minutes=30)
+            print(f"\n{args.jobs:,} held jobs, {sh('sinfo', '--version').strip()};"
+                  f" per run, {args.runs} runs each\n")  # fmt: skip
+            print("| command | wall ms | bytes printed | slurmctld ms | slurmctld ms by RPC |")
+            print("|---|---:|---:|---:|---|")
+            measure("`squeue --json` (full stat)", ["squeue", "--json"], args.runs)
+            probe = ["squeue", "-h", "-a", "--local", "-t", "all", "-o", PROBE_FORMAT]
+            measure("`squeue -h -a --local -t all -o PROBE` (probe)", probe, args.runs)
+            one = slurm_rest.requests("v0.0.38", held[:1])
+            measure("slurmrestd, GET /job/ID of 1 job", REST, args.runs, one)
+            ten = slurm_rest.requests("v0.0.38", held[:10])
+            measure("slurmrestd, GET /job/ID of 10 jobs", REST, args.runs, ten)
+            measure("`scontrol -o show job ID`", ["scontrol", "-o", "show", "job", held[0]],
+                    args.runs)  # fmt: skip
+            measure("`squeue -j ID1,...,ID10`", ["squeue", "-h", "-j", ",".join(held[:10])],
+                    args.runs)  # fmt: skip
+        finally:
+            cancel_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""What the collector costs slurmctld with its tiers, against a full
+``squeue --json`` every interval (what it did before them).
+
+    sudo .venv/bin/python -m bench.slurm_tiers                       # 2,000 then 10,000 jobs
+    sudo .venv/bin/python -m bench.slurm_tiers --jobs 2000 --duration 60 --no-write
+
+Needs root and the single-host Slurm of deploy/slurm/start.sh (started if it is
+not running; it takes the Slurm lock of the live tests).  For each ``--jobs``
+size, the queue is filled with that many held jobs (and one long job running on
+each node), then two phases of ``--duration`` seconds run the same workload: a
+short job every 10 s (alternately ``exit 0`` and ``exit 3``) and, every 10 s, a
+held job's time limit changed (``scontrol update``).
+
+* baseline: ``squeue --json`` every ``--interval`` seconds, its output read and
+  thrown away;
+* jobtap: the collector with its defaults (``CollectorService``, SlurmBackend:
+  the probe every ``--interval`` seconds, ``squeue --json`` every 60 s,
+  ``slurmrestd`` for the jobs whose probe line moved, nodes and partitions
+  every 6 cycles) and a real ``jobtap worker`` on a local redis-server.
+
+Each phase starts with ``sdiag --reset`` and ``sacctmgr -i clear stats`` and ends
+with ``sdiag`` and ``sacctmgr show stats``: slurmctld's count and total time of
+each read RPC, and slurmdbd's time on ``sacct`` (DBD_GET_JOBS_COND) beside it.
+After the jobtap phase every change is checked against what the jobs did: each
+short job must have exactly one ``new`` and one ``final`` with its state and exit
+status, and each changed time limit must be in the job's last record.
+
+The figures go into docs/performance.md, one section per size, "Slurm: the
+collector's tiers against squeue --json every interval, N held jobs"
+(``--no-write`` only prints).  Each size takes the Slurm lock for about
+``2 * duration`` seconds plus the submissions (about 5 ms a job); run the sizes
+one at a time to let the live tests of other sessions in between.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from bench.slurm_polling import (
+    DOC,
+    ROOT,
+    cancel_all,
+    sbatch,
+    sh,
+    slurm_held,
+    stop_services,
+    write_doc,
+)
+from jobtap.cli.localredis import RedisServer
+from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.cycle import Collector
+from jobtap.collector.service import CollectorService
+from jobtap.keys import SiteKeys
+from tests.support.slurm import rpc_stats
+
+HEADING = "## Slurm: the collector's tiers against squeue --json every interval"
+SITE = "slurmtiers"
+# slurmctld's read RPCs: what observing the cluster costs (the rest is the workload)
+STATS_RPC = "REQUEST_STATS_INFO"  # sdiag itself
+
+
+def is_read(rpc: str) -> bool:
+    return rpc.startswith("REQUEST_") and "_INFO" in rpc and rpc != STATS_RPC
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float = 0.0
+    ctld: dict[str, tuple[int, int]] = field(default_factory=dict)  # type -> (count, us)
+    dbd: dict[str, tuple[int, int]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def read_us(self) -> int:
+        return sum(us for rpc, (_, us) in self.ctld.items() if is_read(rpc))
+
+    @property
+    def read_count(self) -> int:
+        return sum(n for rpc, (n, _) in self.ctld.items() if is_read(rpc))
+
+    @property
+    def sacct_us(self) -> int:
+        return self.dbd.get("DBD_GET_JOBS_COND", (0, 0))[1]
+
+
+class Workload:
+    """The same changes in both phases: a short job every 10 s (exit 0, then
+    exit 3, ...) and a held job's time limit changed every 10 s."""
+
+    def __init__(self, held: list[str]):
+        self.held = itertools.cycle(held)
+        self.short: dict[str, tuple[str, int]] = {}  # job -> (state, exit status)
+        self.limits: dict[str, int] = {}  # held job -> its last time limit (minutes)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.minutes = itertools.count(6)
+
+    def _run(self) -> None:
+        codes = itertools.cycle([0, 3])
+        while not self.stop.wait(5):
+            code = next(codes)
+            self.short[sbatch("-t", "1", "--wrap", f"sleep 2; exit {code}", "-J", "short")] = (
+                "completed" if code == 0 else "failed",
+                code,
+            )
+            if self.stop.wait(5):
+                break
+            job, minutes = next(self.held), next(self.minutes)
+            sh("scontrol", "update", f"jobid={job}", f"timelimit={minutes}")
+            self.limits[job] = minutes
+
+    def __enter__(self) -> Workload:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(60)
+
+
+def reset_counters() -> None:
+    sh("sdiag", "--reset")
+    sh("sacctmgr", "-i", "clear", "stats", check=False)
+
+
+def read_counters(phase: Phase, t0: float) -> None:
+    phase.seconds = time.monotonic() - t0
+    phase.ctld = rpc_stats(sh("sdiag"))
+    phase.dbd = rpc_stats(sh("sacctmgr", "show", "stats", check=False))
+
+
+def run_baseline(args: argparse.Namespace, held: list[str]) -> Phase:
+    phase = Phase(f"`squeue --json` every {args.interval:g} s")
+    runs, size = 0, 0
+    reset_counters()
+    t0 = time.monotonic()
+    with Workload(held) as work:
+        stop = work.stop
+        next_run = time.monotonic()
+        while time.monotonic() - t0 < args.duration:
+            out = subprocess.run(["squeue", "--json"], capture_output=True, timeout=120)
+            runs, size = runs + 1, size + len(out.stdout)
+            next_run += args.interval
+            stop.wait(max(0.0, next_run - time.monotonic()))
+    read_counters(phase, t0)
+    phase.notes = {"squeue --json runs": f"{runs}", "bytes read": f"{size:,}"}
+    return phase
+
+
+def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path) -> Phase:
+    phase = Phase(f"the collector's defaults, every {args.interval:g} s")
+    server = RedisServer(workdir / "redis").start()
+    log = open(workdir / "worker.log", "ab")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "jobtap.cli", "worker", "--redis", server.url, "--site", SITE],
+        cwd=ROOT, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    r = server.client()
+    backend = SlurmBackend(timeout=60)
+    service = CollectorService(
+        Collector(backend, r, site=SITE), interval=args.interval, backend_name="slurm"
+    )
+    try:
+        reset_counters()
+        t0 = time.monotonic()
+        loop = threading.Thread(target=service.run, daemon=True)
+        loop.start()
+        with Workload(held) as work:
+            work.stop.wait(args.duration)
+        read_counters(phase, t0)  # what follows is not measured
+        problems = check_delivered(r, work, deadline=time.monotonic() + 60)
+        service.stop_event.set()
+        loop.join(120)
+        meta = {k.decode(): v.decode() for k, v in r.hgetall(service.keys.meta).items()}
+        phase.notes = {
+            "probe cycles": meta.get("cycles_probe", "0"),
+            "reconciliations": meta.get("cycles_reconcile", "0"),
+            "failed cycles": meta.get("cycles_failed", "0"),
+            "bytes read": f"{backend.cost.bytes:,}",
+            "short jobs checked": f"{len(work.short)}",
+            "time limits checked": f"{len(work.limits)}",
+            "not delivered": "; ".join(problems) or "none",
+        }
+    finally:
+        service.stop_event.set()
+        stop_services(worker, log, r, server)
+    return phase
+
+
+def check_delivered(r, work: Workload, deadline: float) -> list[str]:
+    """What did not reach the site stream (waiting until ``deadline`` for the
+    last jobs): every short job one new and one final with its state and exit
+    status, every changed time limit in the job's last record."""
+
+    def problems() -> list[str]:
+        events: dict[str, list[dict]] = {}
+        for _, fields in r.xrange(SiteKeys(SITE).events):
+            e = orjson.loads(fields[b"event"])
+            if e["kind"] == "job":
+                events.setdefault(e["object_id"], []).append(e)
+        out = []
+        for job, (state, code) in work.short.items():
+            evs = events.get(job, [])
+            types = [e["type"] for e in evs]
+            last = evs[-1]["record"] if evs else {}
+            if types.count("new") != 1 or types.count("final") != 1 or types[-1] != "final":
+                out.append(f"{job}: {types}")
+            elif (last["state"], last["exit_status"]) != (state, code):
+                out.append(f"{job}: {last['state']} {last['exit_status']}")
+        for job, minutes in work.limits.items():
+            evs = events.get(job, [])
+            want = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+            if not evs or evs[-1]["record"]["requested"]["walltime"] != want:
+                out.append(f"{job}: time limit {want} missing")
+        return out
+
+    found = problems()
+    while found and time.monotonic() < deadline:
+        time.sleep(1)
+        found = problems()
+    return found
+
+
+def table(base: Phase, tiers: Phase) -> str:
+    types = sorted(
+        {t for t in (*base.ctld, *tiers.ctld) if is_read(t)},
+        key=lambda t: (-(base.ctld.get(t, (0, 0))[1] + tiers.ctld.get(t, (0, 0))[1]), t),
+    )
+    lines = [
+        "| read RPC (sdiag) | baseline count | baseline ms | tiers count | tiers ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for t in types:
+        (bn, bus), (tn, tus) = base.ctld.get(t, (0, 0)), tiers.ctld.get(t, (0, 0))
+        lines.append(f"| {t} | {bn:,} | {bus / 1000:,.1f} | {tn:,} | {tus / 1000:,.1f} |")
+    lines.append(
+        f"| **slurmctld, all reads** | **{base.read_count:,}** | **{base.read_us / 1000:,.1f}**"
+        f" | **{tiers.read_count:,}** | **{tiers.read_us / 1000:,.1f}** |"
+    )
+    lines.append(
+        f"| slurmdbd, `sacct` (DBD_GET_JOBS_COND) | {base.dbd.get('DBD_GET_JOBS_COND', (0,))[0]}"
+        f" | {base.sacct_us / 1000:,.1f} | {tiers.dbd.get('DBD_GET_JOBS_COND', (0,))[0]}"
+        f" | {tiers.sacct_us / 1000:,.1f} |"
+    )
+    return "\n".join(lines)
+
+
+def heading(jobs: int) -> str:
+    return f"{HEADING}, {jobs:,} held jobs"
+
+
+def section(args: argparse.Namespace, jobs: int, base: Phase, tiers: Phase, argv) -> str:
+    command = "sudo .venv/bin/python -m bench.slurm_tiers" + (
+        " " + shlex.join(argv) if argv else ""
+    )
+    version = sh("sinfo", "--version").strip()
+    parts = [heading(jobs), ""]
+    parts.append(
+        f"slurmctld's own time on read RPCs (`sdiag --reset` before each phase, `sdiag`"
+        f" after it) over {args.duration:g} s per phase, on the single-host {version} of"
+        f" `deploy/slurm/start.sh` (four node names on {os.cpu_count()} cores, 24 GiB),"
+        f" with held jobs in the queue, one long job on each node, and in both phases a"
+        f" short job every 10 s and a held job's time limit changed every 10 s. Baseline:"
+        f" `squeue --json` every {args.interval:g} s (the collector's job stat before its"
+        f" tiers). Tiers: the collector with its defaults (probe every {args.interval:g} s,"
+        f" `squeue --json` every 60 s, `slurmrestd` for the jobs whose probe line moved,"
+        f" nodes and partitions every 6 cycles) and a worker."
+    )
+    ratio = base.read_us / max(1, tiers.read_us)
+    parts += ["", table(base, tiers), ""]
+    for p in (base, tiers):
+        parts.append(f"- {p.name}: " + ", ".join(f"{k} {v}" for k, v in p.notes.items()))
+    parts.append("")
+    parts.append(f"slurmctld's read time with the tiers: {ratio:.2f}x less (target: 10x).")
+    parts += ["", "Reproduce (as root):", "", "```", command, "```", ""]
+    return "\n".join(parts)
+
+
+def fill_queue(jobs: int, minutes: int) -> list[str]:
+    """Cancel everything, then ``jobs`` held jobs and a long job on each node."""
+    cancel_all()
+    t0 = time.monotonic()
+    held = [sbatch("-H", "-t", "5", "--wrap", "true", "-J", "held") for _ in range(jobs)]
+    for i in range(1, 5):
+        sbatch("-w", f"n{i}", "-t", str(minutes), "--wrap", "sleep 100000", "-J", "long")
+    print(f"{jobs} held jobs submitted in {time.monotonic() - t0:.0f}s", flush=True)
+    return held
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m bench.slurm_tiers", description=__doc__)
+    parser.add_argument("--jobs", type=int, nargs="+", default=[2000, 10000])
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds per phase")
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--no-write", action="store_true", help="do not update the doc")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
+    runs = []
+    with slurm_held():
+        try:
+            for jobs in args.jobs:
+                held = fill_queue(jobs, minutes=int(2 * args.duration / 60) + 10)
+                base = run_baseline(args, held)
+                print(f"  baseline: {base.read_us / 1000:.1f} ms {base.notes}", flush=True)
+                with tempfile.TemporaryDirectory(prefix="jobtap-bench-") as tmp:
+                    tiers = run_jobtap(args, held, Path(tmp))
+                print(f"  tiers: {tiers.read_us / 1000:.1f} ms {tiers.notes}", flush=True)
+                runs.append((jobs, base, tiers))
+        finally:
+            cancel_all()
+    for jobs, base, tiers in runs:
+        text = section(args, jobs, base, tiers, argv)
+        print()
+        print(text)
+        if not args.no_write:
+            write_doc(text, DOC, heading(jobs))
+            print(f"written to {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
