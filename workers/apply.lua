@@ -1,15 +1,21 @@
 -- Apply one chunk of changes atomically (see workers/apply.py for the layout).
+-- Run with epoch.lua in front (it defines ensure_epoch).
 --
 -- KEYS[1] site events stream, KEYS[2] owner hash, KEYS[3] fingerprints hash,
--- KEYS[4] expiry zset; then three keys per item: object hash, its index set
--- (user's live jobs, or the node/queue index), its own stream (user's events,
--- or the site stream again for nodes and queues).
+-- KEYS[4] expiry zset, KEYS[5] meta hash; then three keys per item: object
+-- hash, its index set (user's live jobs, or the node/queue index), its own
+-- stream (user's events, or the site stream again for nodes and queues).
 --
 -- ARGV: cycle, now_ms, site_maxlen, user_maxlen, ttl_s, min_id, all_channel,
--- n_items, then per item 12 header values and 2*nfields field/value strings.
+-- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
+-- new epoch name and time (epoch.py: epoch_args), then publish (PUBLISH, or
+-- SPUBLISH on a Redis Cluster: sharded channels, which share the site's slot),
+-- then per item 12 header values and 2*nfields field/value strings.
 --
--- Check first, write after: if any object's version is not the one the worker
--- read, nothing is written and the worker re-reads and retries.
+-- Check first, write after: if the site's epoch is not the one the worker made
+-- the events for (a new one began: Redis lost data), or any object's version
+-- and epoch are not the ones the worker read, nothing is written and the worker
+-- re-reads and retries.
 
 local cycle = ARGV[1]
 local now_ms = tonumber(ARGV[2])
@@ -19,21 +25,33 @@ local ttl = tonumber(ARGV[5])
 local min_id = ARGV[6]
 local all_channel = ARGV[7]
 local n = tonumber(ARGV[8])
+local publish = ARGV[14]
 local HEADER = 12
+local FIRST_KEY = 5
+
+local now_epoch = ensure_epoch(KEYS[5], tonumber(ARGV[10]), ARGV[11] == '1', ARGV[12], ARGV[13])
+if now_epoch[1] ~= ARGV[9] then
+  return {'epoch', now_epoch[1]}
+end
 
 -- pass 1: locate items and check versions
 local items = {}
-local pos = 9
+local pos = 15
 for i = 1, n do
   local it = {
     op = ARGV[pos], expected = ARGV[pos + 1], oid = ARGV[pos + 2], user = ARGV[pos + 3],
     channel = ARGV[pos + 4], eid = ARGV[pos + 5], etype = ARGV[pos + 6], json = ARGV[pos + 7],
     fp_field = ARGV[pos + 8], fp_value = ARGV[pos + 9], final = ARGV[pos + 10],
     nfields = tonumber(ARGV[pos + 11]), first = pos + HEADER,
-    key = KEYS[4 + (i - 1) * 3 + 1], set = KEYS[4 + (i - 1) * 3 + 2], stream = KEYS[4 + (i - 1) * 3 + 3],
+    key = KEYS[FIRST_KEY + (i - 1) * 3 + 1], set = KEYS[FIRST_KEY + (i - 1) * 3 + 2],
+    stream = KEYS[FIRST_KEY + (i - 1) * 3 + 3],
   }
-  local v = redis.call('HGET', it.key, 'version')
-  if (v or '') ~= it.expected then
+  local stored = redis.call('HMGET', it.key, 'version', 'epoch')
+  local seen = ''
+  if stored[1] then
+    seen = stored[1] .. ':' .. (stored[2] or '')
+  end
+  if seen ~= it.expected then
     return {'conflict', i}
   end
   items[i] = it
@@ -63,8 +81,8 @@ for i = 1, n do
         redis.call('XTRIM', it.stream, 'MINID', '~', min_id)
       end
     end
-    redis.call('PUBLISH', it.channel, it.json)
-    redis.call('PUBLISH', all_channel, it.json)
+    redis.call(publish, it.channel, it.json)
+    redis.call(publish, all_channel, it.json)
     if it.op ~= 'remove' then
       if is_new and it.user ~= '' then
         owners[#owners + 1] = it.oid

@@ -10,6 +10,19 @@ safe to apply in any order and on retry:
 - a record from a cycle older than (or equal to) the stored one is ignored;
 - a job whose ``final`` event went out is never changed again;
 - a record equal to the stored one bumps nothing and emits nothing.
+
+The same script first makes sure of the site's epoch (``epoch.lua``): if Redis
+lost data since the worker made its events, a new epoch begins, nothing is
+written, and the worker makes the events again for the new epoch, where
+versions count from 1.  If Redis goes away in the middle of a chunk, the worker
+waits for it (``Settings.redis_wait``) and applies the chunk again from the
+start: what was written already is skipped by the cycle check, so the chunk is
+finished, never half-applied.
+
+A job whose first record has already ended (it was submitted, ran and ended
+between two stats) gets two events, ``new`` (version 1) then ``final``
+(version 2), both with that record, written by the same script (each checked
+against what the worker read): every job has exactly one of each.
 """
 
 from __future__ import annotations
@@ -17,12 +30,21 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import redis
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
 
+from jobtap.connection import AnyRedis, publish_command
 from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, make_event, object_key
 from jobtap.keys import SiteKeys
 from jobtap.schema import (
@@ -37,10 +59,17 @@ from jobtap.schema import (
 )
 
 from .chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
+from .epoch import EPOCH_LUA, EpochGuard, epoch_args
+from .metrics import WorkerMetrics, lag_seconds, note_in_meta
+from .target import CLUSTER_CHANGES, Target, Targets
 
 log = logging.getLogger("jobtap.workers")
 
-_SCRIPT = Path(__file__).with_name("apply.lua").read_text()
+_SCRIPT = EPOCH_LUA + Path(__file__).with_name("apply.lua").read_text()
+
+# Redis errors that end when Redis is back: restarting, loading its data, or a
+# primary that became a replica in a failover.
+REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError)
 
 
 @dataclass
@@ -53,6 +82,14 @@ class Settings:
     max_age: int = 7 * 86400  # events older than this are trimmed (seconds; 0: never)
     max_attempts: int = 20
     batch: int = 50  # objects written by one atomic script call (smaller scripts run faster)
+    redis_wait: float = 240.0  # seconds to wait for a Redis that went away mid-chunk
+    # On a Redis Cluster: how long a chunk is retried across a failover or a
+    # slot move, and how long a chunk waits for a replica to have it.
+    cluster_patience: float = 60.0
+    replica_wait_ms: int = 1000
+    # How long a vanished job that was never stored is waited for: the older
+    # chunk that brings it may be in another worker's hands right now.
+    vanished_wait: float = 5.0
 
 
 class ApplyConflict(RuntimeError):
@@ -62,10 +99,14 @@ class ApplyConflict(RuntimeError):
 _applier: Applier | None = None  # one per worker process: one script load, one pool
 
 
-def configure(data_redis: redis.Redis, settings: Settings | None = None) -> Applier:
+def configure(
+    data_redis: AnyRedis,
+    settings: Settings | None = None,
+    metrics: WorkerMetrics | None = None,
+) -> Applier:
     """Set up this worker process's :class:`Applier` (see workers/service.py)."""
     global _applier
-    _applier = Applier(data_redis, settings)
+    _applier = Applier(data_redis, settings, metrics)
     return _applier
 
 
@@ -81,19 +122,69 @@ def apply_chunk(payload: bytes) -> dict[str, int]:
 
 
 class Applier:
-    def __init__(self, r: redis.Redis, settings: Settings | None = None):
+    """Applies chunks to one Redis or to a Redis Cluster (see workers/target.py:
+    on a cluster the site's batches go to the node that holds it, events are
+    published on sharded channels, and a chunk is done once a replica has it).
+    Each chunk's counts go to the site's ``meta`` and, if given, to ``metrics``
+    (workers/metrics.py)."""
+
+    def __init__(
+        self,
+        r: AnyRedis,
+        settings: Settings | None = None,
+        metrics: WorkerMetrics | None = None,
+    ):
         self.redis = r
         self.settings = settings or Settings()
-        self.script = r.register_script(_SCRIPT)
-        r.script_load(_SCRIPT)  # batches are sent by sha without waiting for a reply
-        # Reads go through a twin client that decodes replies in hiredis (C).
-        self.reader = redis.Redis(
-            connection_pool=redis.ConnectionPool(
-                **{**r.connection_pool.connection_kwargs, "decode_responses": True}
-            )
-        )
+        self.metrics = metrics
+        self.targets = Targets(r, _SCRIPT)
+        self.publish = publish_command(r)
+        self.guard = EpochGuard(r)
+        self.epochs: dict[str, str] = {}  # site -> the epoch events are made for
 
     def apply(self, chunk: Chunk) -> dict[str, int]:
+        """Apply ``chunk`` (see :meth:`_apply`).
+
+        If Redis goes away meanwhile, wait for it with backoff (up to
+        ``settings.redis_wait`` seconds) and apply it again from the start.  On a
+        cluster, a failover or a slot move under the chunk (the node gone, MOVED,
+        TRYAGAIN, CLUSTERDOWN...) is waited out the same way, for up to
+        ``settings.cluster_patience`` seconds, reading the cluster's map again
+        before each new try; the chunk is done once a replica has it."""
+        keys = SiteKeys(chunk.site)
+        if not self.targets.cluster:
+            retrying = Retrying(
+                retry=retry_if_exception_type(REDIS_AWAY),
+                wait=wait_exponential(multiplier=0.05, max=5.0) + wait_random(0, 0.05),
+                stop=stop_after_delay(self.settings.redis_wait),
+                before_sleep=_log_retry,
+                reraise=True,
+            )
+            for attempt in retrying:
+                with attempt:
+                    return self._apply(self.targets.for_site(keys), keys, chunk)
+            raise AssertionError("unreachable: tenacity returns or raises")
+        deadline = time.monotonic() + self.settings.cluster_patience
+        delay = 0.05
+        while True:
+            try:
+                target = self.targets.for_site(keys)
+                totals = self._apply(target, keys, chunk)
+                target.wait_for_a_replica(self.settings.replica_wait_ms)
+                return totals
+            except CLUSTER_CHANGES as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("site %s: the cluster changed under a chunk (%s: %s); applying "
+                            "it again", chunk.site, type(exc).__name__, exc)  # fmt: skip
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                try:
+                    self.targets.refresh()
+                except CLUSTER_CHANGES as again:
+                    log.info("the cluster map is not readable yet: %s", again)
+
+    def _apply(self, target: Target, keys: SiteKeys, chunk: Chunk) -> dict[str, int]:
         """Apply a chunk as a series of atomic batches of ``settings.batch`` objects.
 
         The stored records of the whole chunk are read in one pipeline first.
@@ -104,11 +195,14 @@ class Applier:
         redone.  A chunk cut short by a crash is finished by its retry (the
         applied batches are then skipped by the cycle check).
         """
-        keys = SiteKeys(chunk.site)
-        reads = self._read(keys, chunk)
+        started = time.perf_counter()
+        if chunk.site not in self.epochs:
+            self.epochs[chunk.site] = self.guard.ensure(keys, chunk.cycle).epoch
+        reads = self._read(target, keys, chunk)
         size = self.settings.batch
-        totals = {"events": 0, "skipped": 0}
-        conn = self.redis.connection_pool.get_connection()
+        totals = {"events": 0, "skipped": 0, "objects": 0, "conflicts": 0}
+        pool = target.writer.connection_pool
+        conn = pool.get_connection()
         clean = False
         try:
             in_flight: tuple[Chunk, _Plan] | None = None
@@ -116,54 +210,78 @@ class Applier:
                 part = chunk.part([it for it, _, _, _ in reads[i : i + size]])
                 plan = self._plan(keys, chunk, reads[i : i + size])
                 if in_flight is not None:
-                    self._finish(conn, keys, *in_flight, totals)
+                    self._finish(conn, target, keys, *in_flight, totals)
                     in_flight = None
                 if plan.items:
-                    self._send(conn, keys, part, plan)
+                    self._send(conn, target, keys, part, plan)
                     in_flight = (part, plan)
                 else:
                     totals["skipped"] += plan.skipped
             if in_flight is not None:
-                self._finish(conn, keys, *in_flight, totals)
+                self._finish(conn, target, keys, *in_flight, totals)
             clean = True
         finally:
             if not clean:  # a reply may still be on its way: never reuse this socket
                 conn.disconnect()
-            self.redis.connection_pool.release(conn)
+            pool.release(conn)
+        self._report(target, keys, chunk, totals, time.perf_counter() - started)
         return totals
 
-    def _send(self, conn, keys: SiteKeys, part: Chunk, plan: _Plan) -> None:
-        kargs, argv = self._args(keys, part, plan)
-        conn.send_command("EVALSHA", self.script.sha, len(kargs), *kargs, *argv)
+    def _report(
+        self, target: Target, keys: SiteKeys, chunk: Chunk, totals: dict[str, int], took: float
+    ) -> None:
+        now = time.time()
+        lag = lag_seconds(chunk.observed_at, now)
+        at = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+        note_in_meta(target.writer, keys, totals, at, lag)  # the node that holds the site
+        if self.metrics is not None:
+            self.metrics.chunk_applied(chunk.site, chunk.kind, totals, took, lag)
 
-    def _finish(self, conn, keys, part, plan: _Plan, totals: dict[str, int]) -> None:
+    def _send(self, conn, target: Target, keys: SiteKeys, part: Chunk, plan: _Plan) -> None:
+        kargs, argv = self._args(keys, part, plan)
+        conn.send_command("EVALSHA", target.script.sha, len(kargs), *kargs, *argv)
+
+    def _finish(
+        self, conn, target: Target, keys, part, plan: _Plan, totals: dict[str, int]
+    ) -> None:
         try:
             reply = conn.read_response()
         except redis.exceptions.NoScriptError:  # Redis restarted or flushed its scripts
             reply = None  # _run below loads the script again
         for _ in range(self.settings.max_attempts):
-            if reply is not None and reply[0] in (b"ok", "ok"):
+            outcome = _s(reply[0]) if reply is not None else None
+            if outcome == "ok":
                 totals["events"] += int(reply[1])
                 totals["skipped"] += plan.skipped
+                totals["objects"] += len(plan.items)
+                for item in plan.items:
+                    if item.etype:
+                        totals[item.etype] = totals.get(item.etype, 0) + 1
                 return
-            if reply is not None:
-                time.sleep(0.001)  # another worker wrote one of these objects: read again
-                plan = self._plan(keys, part, self._read(keys, part))
+            if outcome is not None:
+                if outcome == "epoch":  # a new epoch began: make the events again
+                    new = _s(reply[1])
+                    log.warning("site %s: epoch %s began; events are made for it", keys.site, new)
+                    self.epochs[keys.site] = new
+                else:  # another worker wrote one of these objects: read again
+                    totals["conflicts"] += 1
+                    time.sleep(0.001)
+                plan = self._plan(keys, part, self._read(target, keys, part))
                 if not plan.items:
                     totals["skipped"] += plan.skipped
                     return
-            reply = self._run(keys, part, plan)
+            reply = self._run(target, keys, part, plan)
         raise ApplyConflict(f"gave up on a {part.kind} batch of cycle {part.cycle}")
 
     # -- reading and diffing -------------------------------------------------------
-    def _read(self, keys: SiteKeys, chunk: Chunk) -> list[tuple]:
+    def _read(self, target: Target, keys: SiteKeys, chunk: Chunk) -> list[tuple]:
         """``(item, user, key, stored record)`` for every item of ``chunk``;
         key is None for a vanished job that was never stored."""
         items, kind = chunk.items, chunk.kind
         users: list[str | None] = []
         if kind == JOB:
             need = [it["id"] for it in items if it["op"] == VANISHED]
-            owners = dict(zip(need, self.reader.hmget(keys.owner, need))) if need else {}
+            owners = self._owners(target, keys, need) if need else {}
             for it in items:
                 if it["op"] == VANISHED:
                     users.append(owners.get(it["id"]))
@@ -179,7 +297,7 @@ class Applier:
                 object_keys.append(keys.job(user, it["id"]))
             else:
                 object_keys.append(None)
-        pipe = self.reader.pipeline(transaction=False)
+        pipe = target.reader.pipeline(transaction=False)
         for k in object_keys:
             if k is not None:
                 pipe.hgetall(k)
@@ -189,68 +307,114 @@ class Applier:
             for it, user, okey in zip(items, users, object_keys)
         ]
 
+    def _owners(self, target: Target, keys: SiteKeys, ids: list[str]) -> dict[str, str | None]:
+        """The owners of vanished jobs, from the owner index.
+
+        A pool of workers applies a site's chunks side by side, so a job that
+        appeared in one cycle and vanished in the next may be finalised here
+        while the older chunk that creates it is still in another worker's
+        hands.  Skipping it would lose its final for good (the collector has
+        moved on): it is waited for, ``settings.vanished_wait`` seconds at most."""
+        owners: dict[str, str | None] = dict(zip(ids, target.reader.hmget(keys.owner, ids)))
+        deadline = time.monotonic() + self.settings.vanished_wait
+        missing = [j for j, user in owners.items() if user is None]
+        if missing:
+            log.info("site %s: %d vanished job(s) not stored yet (%s...): waiting for them",
+                     keys.site, len(missing), missing[0])  # fmt: skip
+        while missing and time.monotonic() < deadline:
+            time.sleep(0.02)
+            owners.update(zip(missing, target.reader.hmget(keys.owner, missing)))
+            missing = [j for j in missing if owners[j] is None]
+        return owners
+
     def _plan(self, keys: SiteKeys, chunk: Chunk, reads: list[tuple]) -> _Plan:
         plan = _Plan()
         for it, user, okey, stored in reads:
             if okey is None or _stale(chunk, it, stored):  # nothing to do for this one
                 plan.skipped += 1
                 continue
-            plan.add(self._diff(keys, chunk, it, user, okey, stored))
+            for item in self._diff(keys, chunk, it, user, okey, stored):
+                plan.add(item)
         return plan
 
     def _diff(
         self, keys: SiteKeys, chunk: Chunk, it: Item, user: str | None, okey: str, stored: dict
-    ) -> _Item:
-        """What writing ``it`` over ``stored`` takes: the fields, the event, where."""
+    ) -> list[_Item]:
+        """What writing ``it`` over ``stored`` takes: the fields, the event(s), where."""
         kind, oid, op = chunk.kind, it["id"], it["op"]
+        epoch = self.epochs[keys.site]
         new, record = _new_record(chunk, it, stored)
         changes = _changes(stored, new, record) if op != REMOVE else {}
-        expected = stored.get("version", "")
-        fp_field = object_key(kind, oid)
+        expected = _identity(stored)
         live = it.get("live", True)
         if stored and not changes and op != REMOVE:
             # Same record (e.g. a restarted collector re-shipping): note the cycle only.
             fp_value = f"{it.get('fp', '')} {new.get('state', '')}" if live else ""
-            return _Item("touch", expected, oid, "", "", "", "", b"", fp_field, fp_value, "0",
-                         {"cycle": str(chunk.cycle)}, okey, self._index(keys, kind),
-                         keys.events)  # fmt: skip
-        version = int(expected or 0) + 1
+            return [_Item("touch", expected, oid, "", "", "", "", b"", object_key(kind, oid),
+                          fp_value, "0", {"cycle": str(chunk.cycle)}, okey,
+                          self._index(keys, kind), keys.events)]  # fmt: skip
+        # versions count within an epoch: the first change in a new one is 1 again
+        version = int(stored.get("version") or 0) + 1 if stored.get("epoch") == epoch else 1
         state = new.get("state", "")
         final = kind == JOB and (state in TERMINAL or op == VANISHED)
-        etype = _event_type(op, final, bool(stored), changes)
         fields = _fields_to_write(chunk, op, stored, new, changes, version, final)
-        record["version"] = version
-        record["updated_at"] = chunk.observed_at
+        if fields:
+            fields["epoch"] = epoch
+        w = _Write(keys, chunk, it, user, okey, live, state, epoch, expected)
+        if final and not stored:  # ended before it was ever seen: new, then final
+            fields.pop("final")
+            done = {f: fields[f] for f in ("updated_at", "cycle", "epoch")}
+            done.update(version=str(version + 1), final="1")
+            # Both are checked against what was read ("" here): the script writes
+            # the first before the second.
+            return [self._item(w, NEW, version, changes, record, fields, False),
+                    self._item(w, FINAL, version + 1, {}, record, done, True)]  # fmt: skip
+        etype = _event_type(op, final, bool(stored), changes)
+        return [self._item(w, etype, version, changes, record, fields, final)]
+
+    def _item(
+        self,
+        w: _Write,
+        etype: str,
+        version: int,
+        changes: dict[str, Any],
+        record: dict[str, Any],
+        fields: dict[str, str],
+        final: bool,
+    ) -> _Item:
+        """One write of an object with its event (``record`` as of ``version``)."""
+        keys, kind, oid, op = w.keys, w.chunk.kind, w.it["id"], w.it["op"]
+        record = {**record, "version": version, "updated_at": w.chunk.observed_at}
         event = make_event(
-            site=keys.site, kind=kind, type=etype, object_id=oid, user=user, version=version,
-            observed_at=chunk.observed_at, changes=changes, record=record,
+            site=keys.site, epoch=w.epoch, kind=kind, type=etype, object_id=oid, user=w.user,
+            version=version, observed_at=w.chunk.observed_at, changes=changes, record=record,
         )  # fmt: skip
         if kind == JOB:
-            assert user is not None
-            channel, index = keys.user_channel(user), keys.user_jobs(user)
-            stream = keys.user_events(user)
+            assert w.user is not None
+            channel, index = keys.user_channel(w.user), keys.user_jobs(w.user)
+            stream = keys.user_events(w.user)
         else:
             channel, index, stream = keys.nodes_channel, self._index(keys, kind), keys.events
-        fp_value = f"{it.get('fp', '')} {state}" if (live and op == UPSERT) else ""
-        return _Item("remove" if op == REMOVE else "apply", expected, oid, user or "", channel,
-                     event["id"], etype, orjson.dumps(event), fp_field, fp_value,
-                     "1" if final else "0", fields, okey, index, stream)  # fmt: skip
+        fp_value = f"{w.it.get('fp', '')} {w.state}" if (w.live and op == UPSERT) else ""
+        return _Item("remove" if op == REMOVE else "apply", w.expected, oid, w.user or "",
+                     channel, event["id"], etype, orjson.dumps(event), object_key(kind, oid),
+                     fp_value, "1" if final else "0", fields, w.okey, index, stream)  # fmt: skip
 
     @staticmethod
     def _index(keys: SiteKeys, kind: str) -> str:
         return keys.node_index if kind == NODE else keys.queue_index
 
     # -- writing -----------------------------------------------------------------------
-    def _run(self, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> list:
+    def _run(self, target: Target, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> list:
         """Run one batch's script and wait for its reply."""
         kargs, argv = self._args(keys, chunk, plan)
-        return self.script(keys=kargs, args=argv)
+        return target.script(keys=kargs, args=argv)
 
     def _args(self, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> tuple[list, list]:
         s = self.settings
         now_ms = int(time.time() * 1000)
         min_id = f"{now_ms - s.max_age * 1000}-0" if s.max_age else ""
-        kargs = [keys.events, keys.owner, keys.fingerprints, keys.expiry]
+        kargs = [keys.events, keys.owner, keys.fingerprints, keys.expiry, keys.meta]
         argv: list[Any] = [
             chunk.cycle,
             now_ms,
@@ -260,6 +424,9 @@ class Applier:
             min_id,
             keys.all_channel,
             len(plan.items),
+            self.epochs[keys.site],
+            *epoch_args(chunk.cycle),
+            self.publish,
         ]
         for item in plan.items:
             kargs += [item.key, item.index, item.stream]
@@ -280,6 +447,21 @@ class Applier:
             for f, v in item.fields.items():
                 argv += [f, v]
         return kargs, argv
+
+
+@dataclass(slots=True)
+class _Write:
+    """What every write of one chunk item shares."""
+
+    keys: SiteKeys
+    chunk: Chunk
+    it: Item
+    user: str | None
+    okey: str
+    live: bool
+    state: str
+    epoch: str
+    expected: str  # the identity read (version:epoch), which the script checks
 
 
 @dataclass(slots=True)
@@ -311,6 +493,26 @@ class _Plan:
 
 
 _MISSING = object()
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _log_retry(state) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    log.warning(
+        "Redis went away while applying a chunk (%s): trying again in %.1f s",
+        exc, state.next_action.sleep if state.next_action else 0.0,
+    )  # fmt: skip
+
+
+def _identity(stored: dict[str, str]) -> str:
+    """What the script checks is unchanged before writing: ``version:epoch``
+    ('' for an object not stored)."""
+    if not stored.get("version"):
+        return ""
+    return f"{stored['version']}:{stored.get('epoch', '')}"
 
 
 def _stale(chunk: Chunk, it: Item, stored: dict[str, str]) -> bool:
