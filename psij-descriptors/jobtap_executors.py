@@ -1,0 +1,42 @@
+"""PSI/J discovers the jobtap executors here (``psij-descriptors`` is a namespace
+folder that PSI/J scans on ``sys.path``; see docs/psij.md).
+
+PSI/J loads an executor class from the file its descriptor's ``cls`` names,
+relative to the ``sys.path`` entry this folder sits in.  The descriptors name this
+very file, and the names below hand PSI/J the classes of the installed
+``jobtap.psij`` package (PEP 562), so that the same file works in an installed
+wheel and in a source checkout, and there is one copy of each class.
+"""
+
+from packaging.version import Version
+from psij.descriptor import Descriptor
+
+_HERE = "psij-descriptors.jobtap_executors"
+_CLASSES = {
+    "JobtapSlurmJobExecutor": "jobtap.psij.slurm",
+    "JobtapPBSJobExecutor": "jobtap.psij.pbs",
+}
+
+__PSI_J_EXECUTORS__ = [
+    Descriptor(
+        name="jobtap-slurm",
+        nice_name="Slurm (jobtap)",
+        version=Version("0.1.0"),
+        cls=f"{_HERE}.JobtapSlurmJobExecutor",
+    ),
+    Descriptor(
+        name="jobtap-pbs",
+        nice_name="PBS Pro (jobtap)",
+        version=Version("0.1.0"),
+        cls=f"{_HERE}.JobtapPBSJobExecutor",
+    ),
+]
+
+
+def __getattr__(name: str):
+    module = _CLASSES.get(name)
+    if module is None:
+        raise AttributeError(name)
+    from importlib import import_module
+
+    return getattr(import_module(module), name)

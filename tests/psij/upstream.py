@@ -1,0 +1,174 @@
+"""PSI/J's own test files, run unmodified with a harness of ours.
+
+The psij-python sdist on PyPI ships its test files but not their harness
+(``conftest.py``, ``_test_tools.py``, ``executor_test_params.py`` live only in
+PSI/J's repository).  :func:`sdist_tests` fetches the sdist of the installed
+version once (``pip download``, cached in the virtualenv); :func:`prepare` copies
+its tests beside the harness of ``tests/psij/harness`` into a run folder;
+:func:`run_suite` runs them in a subprocess with ``--executors A,B`` and returns
+both columns.  :func:`jobtap_on_slurm` sets up jobtap in follow mode on the Slurm
+of ``deploy/slurm/start.sh`` (its hook pointed at the given Redis), for the live
+test and the benchmark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.live.test_slurm_follow import HOOK_ENV, write_hook_env
+from tests.psij.support import jobtap_services
+from tests.support.paths import ROOT
+from tests.support.slurm import SITE
+
+HARNESS = Path(__file__).parent / "harness"
+# The executor tests: the sdist's files whose tests take ``execparams``.
+EXECUTOR_TESTS = (
+    "test_executor.py",
+    "test_issue_435.py",
+    "test_nodefile.py",
+    "test_resources.py",
+    "test_mpi.py",
+)
+# PSI/J's stock Slurm executor, and ours
+EXECUTORS = ("slurm:single", "jobtap-slurm:single")
+PYTEST_INI = "[pytest]\ntimeout = 180\naddopts = -p no:cacheprovider\n"
+
+
+def sdist_tests(cache: Path | None = None) -> Path:
+    """The ``tests`` folder of the installed psij-python's sdist (downloaded once)."""
+    version = importlib.metadata.version("psij-python")
+    cache = cache or Path(sys.prefix) / "psij-sdist"
+    tests = cache / f"psij-python-{version}" / "tests"
+    if (tests / "test_executor.py").exists():
+        return tests
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tests / "test_executor.py").exists():
+            archive = cache / f"psij-python-{version}.tar.gz"
+            if not archive.exists():
+                subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                     "--no-binary", ":all:", f"psij-python=={version}", "-d", str(cache)],
+                    check=True, stdin=subprocess.DEVNULL, timeout=300,
+                )  # fmt: skip
+            prefix = f"psij-python-{version}/tests/"
+            with tarfile.open(archive) as tar:
+                members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+                tar.extractall(cache, members=members, filter="data")
+    return tests
+
+
+def prepare(run_dir: Path, tests: Path | None = None) -> Path:
+    """A folder with the sdist's test files, unmodified, and our harness."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for path in (tests or sdist_tests()).iterdir():
+        if path.is_file():
+            shutil.copyfile(path, run_dir / path.name)
+    shutil.copyfile(HARNESS / "conftest_psij.py", run_dir / "conftest.py")
+    for name in ("_test_tools.py", "executor_test_params.py"):
+        shutil.copyfile(HARNESS / name, run_dir / name)
+    (run_dir / "pytest.ini").write_text(PYTEST_INI)
+    return run_dir
+
+
+@dataclass
+class SuiteResult:
+    returncode: int
+    output: str
+    executors: list[str]
+    tests: dict[str, dict[str, dict]]  # test -> executor -> outcome, seconds, message
+    totals: dict[str, float]
+
+    def outcome(self, test: str, executor: str) -> str | None:
+        return self.tests.get(test, {}).get(executor, {}).get("outcome")
+
+    def table(self) -> str:
+        """The harness's side-by-side section of the output."""
+        marker = "PSI/J tests, side by side"
+        at = self.output.find(marker)
+        return self.output[self.output.rfind("\n", 0, at) + 1 :] if at >= 0 else self.output
+
+
+def run_suite(
+    run_dir: Path,
+    executors: Sequence[str],
+    selection: Sequence[str] = EXECUTOR_TESTS,
+    env: dict[str, str] | None = None,
+    timeout: float = 1800,
+) -> SuiteResult:
+    """Run the PSI/J tests ``selection`` (files or node ids) on ``executors``."""
+    results = run_dir / "results.json"
+    results.unlink(missing_ok=True)
+    argv = [
+        sys.executable, "-m", "pytest", "-q", "-rfE", *selection,
+        "--executors", ",".join(executors), "--psij-results", str(results),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        argv, cwd=run_dir, env=env, capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    if not results.exists():
+        raise AssertionError(
+            f"the PSI/J tests wrote no results (exit {proc.returncode}):\n{output}"
+        )
+    data = json.loads(results.read_text())
+    return SuiteResult(proc.returncode, output, data["executors"], data["tests"], data["totals"])
+
+
+def check_side_by_side(result: SuiteResult) -> float:
+    """Every test the stock executor passes passes with jobtap-slurm, test_cancel
+    included, in at most half the time; returns the ratio."""
+    stock, ours = EXECUTORS
+    for test in result.tests:
+        if result.outcome(test, stock) == "passed":
+            assert result.outcome(test, ours) == "passed", (test, result.table())
+    assert result.outcome("test_cancel", ours) == "passed", result.table()
+    ratio = result.totals[stock] / max(result.totals[ours], 0.001)
+    assert ratio >= 2.0, f"jobtap-slurm only {ratio:.1f}x faster:\n{result.table()}"
+    return ratio
+
+
+@contextlib.contextmanager
+def hook_settings(url: str, site: str, log: Path) -> Iterator[None]:
+    """Point deploy/slurm's installed hook at ``url``; put back what was there."""
+    saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
+    made_dir = not HOOK_ENV.parent.exists()
+    write_hook_env(HOOK_ENV, url, site, log)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            HOOK_ENV.write_bytes(saved)
+            HOOK_ENV.chmod(0o600)
+        else:
+            HOOK_ENV.unlink(missing_ok=True)
+            if made_dir:
+                with contextlib.suppress(OSError):
+                    HOOK_ENV.parent.rmdir()
+
+
+@contextlib.contextmanager
+def jobtap_on_slurm(url: str, log_dir: Path, interval: float = 5.0) -> Iterator[dict[str, str]]:
+    """jobtap in follow mode on the running Slurm: the slurmctld hook pokes
+    ``url``, a collector (``--follow``) and a worker run; yields the environment
+    for PSI/J (``JOBTAP_REDIS``, ``JOBTAP_SITE``; the checkout on ``PYTHONPATH`` so
+    that PSI/J finds ``psij-descriptors``)."""
+    collector = ["--backend", "slurm", "--follow", "--interval", str(interval)]
+    with hook_settings(url, SITE, log_dir / "hook.log"):
+        with jobtap_services(url, SITE, collector, log_dir):
+            env = dict(os.environ, JOBTAP_REDIS=url, JOBTAP_SITE=SITE)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+            yield env
