@@ -1,0 +1,123 @@
+"""Where the apply step writes a site's batches: the one Redis, or on a Redis
+Cluster the primary that holds the site's slot (every key of a site shares
+``{site}``, so one node holds all of it and each batch stays one atomic script).
+
+The apply step pipelines its scripts on one connection, so it talks to that
+node directly, through the node client redis-py's cluster client keeps.  After
+a failover or a slot move the cluster client's map is refreshed
+(:meth:`Targets.refresh`) and the chunk is applied again from the start: the
+batches already written are skipped by their cycle check.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+
+from jobtap.connection import AnyRedis
+from jobtap.keys import SiteKeys
+
+log = logging.getLogger("jobtap.workers")
+
+# What a failover or a slot move looks like from the apply step: the node is
+# gone or silent, says the slot is elsewhere (MOVED/ASK), is being moved
+# (TRYAGAIN), has no primary yet (CLUSTERDOWN), or is a replica now (READONLY).
+CLUSTER_CHANGES = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.AskError,  # MovedError too
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+)
+WAIT_OFF_SECONDS = 10.0  # after a replica did not answer WAIT, stop asking for this long
+
+
+def twin(r: redis.Redis, **overrides: object) -> redis.Redis:
+    """A client of the same server with other connection settings (its own pool)."""
+    pool = r.connection_pool
+    return redis.Redis(connection_pool=type(pool)(**{**pool.connection_kwargs, **overrides}))
+
+
+@dataclass
+class Target:
+    """One server the apply step writes to.
+
+    ``writer`` sends the scripts (one pipelined connection per chunk);
+    ``reader`` reads the stored records, decoding replies in hiredis (C);
+    ``replicas``: on a cluster, how many replicas the shard has: a chunk is done
+    once one of them has it (``WAIT``), so that a failover keeps it."""
+
+    writer: redis.Redis
+    reader: redis.Redis
+    script: Script
+    replicas: int = 0
+    address: str = ""
+    wait_off_until: float = 0.0
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def wait_for_a_replica(self, timeout_ms: int) -> None:
+        """Block until a replica has everything written so far, or ``timeout_ms``.
+        A shard whose replicas do not answer is written without waiting for a
+        while (with a warning), rather than slowed down by every chunk."""
+        if not self.replicas or time.monotonic() < self.wait_off_until:
+            return
+        if int(self.writer.execute_command("WAIT", 1, timeout_ms)) >= 1:
+            return
+        self.wait_off_until = time.monotonic() + WAIT_OFF_SECONDS
+        log.warning(
+            "no replica of %s acknowledged the last chunk within %d ms: a failover now could "
+            "lose it; not waiting for replicas there for %.0f s",
+            self.address,
+            timeout_ms,
+            WAIT_OFF_SECONDS,
+        )
+
+
+class Targets:
+    """The target of each site: the one Redis, or the node that holds it."""
+
+    def __init__(self, r: AnyRedis, script: str):
+        self.redis = r
+        self.text = script
+        self.cluster = isinstance(r, RedisCluster)
+        self._by_node: dict[str, Target] = {}
+        self._plain: Target | None = None
+        if not self.cluster:
+            self._plain = self._make(r)
+
+    def _make(self, writer: redis.Redis, replicas: int = 0, address: str = "") -> Target:
+        writer.script_load(self.text)  # batches are sent by sha without waiting for a reply
+        return Target(writer, twin(writer, decode_responses=True),
+                      writer.register_script(self.text), replicas, address)  # fmt: skip
+
+    def for_site(self, keys: SiteKeys) -> Target:
+        if self._plain is not None:
+            return self._plain
+        rc = self.redis
+        assert isinstance(rc, RedisCluster)
+        node = rc.get_node_from_key(keys.events)
+        target = self._by_node.get(node.name)
+        if target is None:
+            slot = rc.keyslot(keys.events)
+            replicas = len(rc.nodes_manager.slots_cache.get(slot, [node])) - 1
+            writer = rc.get_redis_connection(node)
+            target = self._by_node[node.name] = self._make(writer, replicas, node.name)
+        return target
+
+    def refresh(self) -> None:
+        """Forget the nodes and ask the cluster again who holds which slot."""
+        assert isinstance(self.redis, RedisCluster)
+        for target in self._by_node.values():
+            target.close()
+        self._by_node.clear()
+        self.redis.nodes_manager.initialize()
