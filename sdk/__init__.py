@@ -3,10 +3,14 @@ changes with callbacks, wait for a job, consume the deduplicated event stream.
 
     import jobtap
 
-    client = jobtap.Client()                       # $JOBTAP_REDIS, $JOBTAP_SITE, credentials
+    client = jobtap.Client()                    # $JOBTAP_REDIS, $JOBTAP_SITE, credentials
     job = client.job("12.pbs")                  # jobtap.Job | None
     client.subscribe(print, jobs=["12.pbs"])    # initial record, then every change
     client.wait("12.pbs", timeout=600)          # -> jobtap.Job in a terminal state
+
+A :class:`Change`'s ``type`` is one of ``jobtap.NEW``, ``STATE``, ``UPDATE``,
+``FINAL``, ``REMOVED`` (written by the workers), ``INITIAL`` or ``RESYNC`` (made by
+a subscription).  Every error raised is a :class:`JobtapError`.
 
 ``jobtap.aio`` has the same API for asyncio.  The submodules ``jobtap.keys``,
 ``jobtap.schema`` and ``jobtap.events`` are the contract with the writers (key names,
@@ -17,55 +21,71 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# The names below load on first use: `import jobtap.keys` (the contract, used by
-# `jobtap poke` in scheduler hooks) must not pay for redis-py and the client.
-_LAZY = {
-    "Client": ".client",
-    "Credentials": ".credentials",
-    "AuthenticationFailed": ".errors",
-    "ConfigError": ".errors",
-    "CredentialsError": ".errors",
-    "JobNotFound": ".errors",
-    "JobtapError": ".errors",
-    "PermissionDenied": ".errors",
-    "RedisUnavailable": ".errors",
-    "StateNotReached": ".errors",
-    "WaitTimeout": ".errors",
-    "INITIAL": ".records",
-    "RESYNC": ".records",
-    "Change": ".records",
-    "Job": ".records",
-    "Node": ".records",
-    "Queue": ".records",
-    "TERMINAL": ".schema",
-    "EventStream": ".stream",
-    "Subscription": ".subscribe",
-}
+if TYPE_CHECKING:  # for type checkers: `X as X` marks each name as exported
+    from .client import Client as Client
+    from .credentials import Credentials as Credentials
+    from .errors import AuthenticationFailed as AuthenticationFailed
+    from .errors import BadName as BadName
+    from .errors import ConfigError as ConfigError
+    from .errors import CredentialsError as CredentialsError
+    from .errors import JobNotFound as JobNotFound
+    from .errors import JobtapError as JobtapError
+    from .errors import PermissionDenied as PermissionDenied
+    from .errors import RedisUnavailable as RedisUnavailable
+    from .errors import StateNotReached as StateNotReached
+    from .errors import WaitTimeout as WaitTimeout
+    from .events import CHANGE_TYPES as CHANGE_TYPES
+    from .events import FINAL as FINAL
+    from .events import INITIAL as INITIAL
+    from .events import NEW as NEW
+    from .events import REMOVED as REMOVED
+    from .events import RESYNC as RESYNC
+    from .events import STATE as STATE
+    from .events import UPDATE as UPDATE
+    from .records import Change as Change
+    from .records import Job as Job
+    from .records import Node as Node
+    from .records import Queue as Queue
+    from .records import Record as Record
+    from .schema import TERMINAL as TERMINAL
+    from .stream import EventStream as EventStream
+    from .subscribe import Subscription as Subscription
 
-if TYPE_CHECKING:
-    from .client import Client
-    from .credentials import Credentials
-    from .errors import (
-        AuthenticationFailed,
-        ConfigError,
-        CredentialsError,
-        JobNotFound,
-        JobtapError,
-        PermissionDenied,
-        RedisUnavailable,
-        StateNotReached,
-        WaitTimeout,
-    )
-    from .records import INITIAL, RESYNC, Change, Job, Node, Queue
-    from .schema import TERMINAL
-    from .stream import EventStream
-    from .subscribe import Subscription
+# The public names, by the module they live in.  They load on first use:
+# `import jobtap.keys` (the contract, used by `jobtap poke` in scheduler hooks)
+# must not pay for redis-py and the client.
+_HOMES = {
+    # the client and what it hands out
+    ".client": ("Client",),
+    ".subscribe": ("Subscription",),
+    ".stream": ("EventStream",),
+    ".records": ("Change", "Job", "Node", "Queue", "Record"),
+    ".credentials": ("Credentials",),
+    # change types (Change.type), job states
+    ".events": ("NEW", "STATE", "UPDATE", "FINAL", "REMOVED", "INITIAL", "RESYNC", "CHANGE_TYPES"),
+    ".schema": ("TERMINAL",),
+    # errors: one hierarchy under JobtapError
+    ".errors": (
+        "JobtapError",
+        "ConfigError",
+        "BadName",
+        "CredentialsError",
+        "RedisUnavailable",
+        "AuthenticationFailed",
+        "PermissionDenied",
+        "JobNotFound",
+        "WaitTimeout",
+        "StateNotReached",
+    ),
+}
+_LAZY = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'sdk' has no attribute {name!r}")
+        raise AttributeError(f"module 'jobtap' has no attribute {name!r}")
     from importlib import import_module
 
     value = getattr(import_module(module, __name__), name)
@@ -73,25 +93,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "AuthenticationFailed",
-    "Change",
-    "Client",
-    "ConfigError",
-    "Credentials",
-    "CredentialsError",
-    "EventStream",
-    "INITIAL",
-    "Job",
-    "JobNotFound",
-    "JobtapError",
-    "Node",
-    "PermissionDenied",
-    "Queue",
-    "RESYNC",
-    "RedisUnavailable",
-    "StateNotReached",
-    "Subscription",
-    "TERMINAL",
-    "WaitTimeout",
-]
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from enum import Enum
 from typing import Any
 
 from .client import Client as SyncClient
-from .client import not_reached, wait_timeout
+from .client import job_of, not_reached, stopped_waiting, wait_timeout
 from .errors import JobtapError
 from .events import REMOVED
 from .records import Change, Job, Node, Queue
@@ -38,22 +40,32 @@ from .subscribe import Subscription as SyncSubscription
 
 log = logging.getLogger("jobtap.sdk")
 
-_END = object()
+AsyncCallback = Callable[[Change], Awaitable[object] | object]
+"""A callback run on the event loop: a plain function or a coroutine function."""
+
+
+class _End(Enum):
+    """Put in a subscription's queue when it ends."""
+
+    END = "end"
+
+
+_END = _End.END
 
 
 class Subscription:
     """An asyncio subscription: ``async for change in sub`` (without a callback),
     or a callback run on the loop.  Iteration ends when the subscription does."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, callback: Callable[[Change], Any] | None):
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: AsyncCallback | None):
         self._loop = loop
-        self._queue: asyncio.Queue = asyncio.Queue()
+        self._queue: asyncio.Queue[Change | _End] = asyncio.Queue()
         self._callback = callback
         self._sub: SyncSubscription | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # called on the client's thread
-    def _put(self, item: object) -> None:
+    def _put(self, item: Change | _End) -> None:
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the loop is closed: nobody is listening any more
@@ -63,6 +75,12 @@ class Subscription:
         self._sub = sub
         if self._callback is not None:
             self._task = self._loop.create_task(self._run_callbacks())
+
+    def _callbacks_done(self) -> asyncio.Future[None]:
+        """Done once the callback was given every change and the subscription
+        ended (a subscription with a callback only)."""
+        assert self._task is not None
+        return self._task
 
     async def _run_callbacks(self) -> None:
         assert self._callback is not None
@@ -108,6 +126,11 @@ class Subscription:
     @property
     def resyncs(self) -> int:
         return self._sub.resyncs if self._sub is not None else 0
+
+    @property
+    def error(self) -> JobtapError | None:
+        """Why the subscription ended, if it did not end normally."""
+        return self._sub.error if self._sub is not None else None
 
     async def __aenter__(self) -> Subscription:
         return self
@@ -155,7 +178,7 @@ class EventStream:
 
     async def close(self) -> None:
         """Ack what was handed out and stop (see :meth:`jobtap.stream.EventStream.close`)."""
-        self._stream._stop.set()  # a fetch in flight ends after its current read
+        self._stream.interrupt()  # a fetch in flight ends after its current read
         async with self._lock:
             # events fetched but not handed out stay pending for the group
             self._stream._untake(len(self._buffer))
@@ -177,10 +200,30 @@ def _next_batch(stream: SyncEventStream) -> list[Change] | None:
 
 
 class Client:
-    """The asyncio client; arguments as :class:`jobtap.Client`."""
+    """The asyncio client; arguments and guarantees as :class:`jobtap.Client`."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        self._client = SyncClient(*args, **kwargs)
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        *,
+        site: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        credentials: str | os.PathLike[str] | None = None,
+        sites: Mapping[str, Any] | None = None,
+        timeout: float = 10.0,
+        backoff: tuple[float, float] = (0.05, 5.0),
+    ):
+        self._client = SyncClient(
+            redis_url,
+            site=site,
+            username=username,
+            password=password,
+            credentials=credentials,
+            sites=sites,
+            timeout=timeout,
+            backoff=backoff,
+        )
 
     @property
     def sync(self) -> SyncClient:
@@ -199,45 +242,74 @@ class Client:
     def user(self) -> str | None:
         return self._client.user
 
-    async def job(self, job_id: str, **kw: Any) -> Job | None:
-        return await asyncio.to_thread(self._client.job, job_id, **kw)
+    async def job(
+        self, job_id: str, *, user: str | None = None, site: str | None = None
+    ) -> Job | None:
+        """As :meth:`jobtap.Client.job`."""
+        return await asyncio.to_thread(self._client.job, job_id, user=user, site=site)
 
-    async def jobs(self, user: str | None = None, state: Any = None, **kw: Any) -> list[Job]:
-        return await asyncio.to_thread(self._client.jobs, user, state, **kw)
+    async def jobs(
+        self,
+        user: str | None = None,
+        state: str | Iterable[str] | None = None,
+        *,
+        finished: bool | None = None,
+        site: str | None = None,
+    ) -> list[Job]:
+        """As :meth:`jobtap.Client.jobs`."""
+        return await asyncio.to_thread(self._client.jobs, user, state, finished=finished, site=site)
 
-    async def nodes(self, state: Any = None, **kw: Any) -> list[Node]:
-        return await asyncio.to_thread(self._client.nodes, state, **kw)
+    async def nodes(
+        self, state: str | Iterable[str] | None = None, *, site: str | None = None
+    ) -> list[Node]:
+        """As :meth:`jobtap.Client.nodes`."""
+        return await asyncio.to_thread(self._client.nodes, state, site=site)
 
-    async def node(self, name: str, **kw: Any) -> Node | None:
-        return await asyncio.to_thread(self._client.node, name, **kw)
+    async def node(self, name: str, *, site: str | None = None) -> Node | None:
+        """As :meth:`jobtap.Client.node`."""
+        return await asyncio.to_thread(self._client.node, name, site=site)
 
-    async def queues(self, **kw: Any) -> list[Queue]:
-        return await asyncio.to_thread(self._client.queues, **kw)
+    async def queues(self, *, site: str | None = None) -> list[Queue]:
+        """As :meth:`jobtap.Client.queues`."""
+        return await asyncio.to_thread(self._client.queues, site=site)
 
-    async def queue(self, name: str, **kw: Any) -> Queue | None:
-        return await asyncio.to_thread(self._client.queue, name, **kw)
+    async def queue(self, name: str, *, site: str | None = None) -> Queue | None:
+        """As :meth:`jobtap.Client.queue`."""
+        return await asyncio.to_thread(self._client.queue, name, site=site)
 
     async def subscribe(
-        self, callback: Callable[[Change], Any] | None = None, **kw: Any
+        self,
+        callback: AsyncCallback | None = None,
+        *,
+        jobs: str | Iterable[str] | None = None,
+        user: str | None = None,
+        all_jobs: bool = False,
+        attrs: Iterable[str] | None = None,
+        kinds: Iterable[str] = ("job",),
+        initial: bool = True,
+        site: str | None = None,
     ) -> Subscription:
         """As :meth:`jobtap.Client.subscribe`; ``callback`` is optional (iterate the
         subscription instead) and may be a coroutine function."""
         sub = Subscription(asyncio.get_running_loop(), callback)
 
         def make() -> SyncSubscription:
-            s = self._client.subscribe(sub._put, **kw)
-            return s
+            inner = self._client.subscribe(
+                sub._put,
+                jobs=jobs,
+                user=user,
+                all_jobs=all_jobs,
+                attrs=attrs,
+                kinds=kinds,
+                initial=initial,
+                site=site,
+            )
+            # also when it ended during its initial delivery (the job had finished)
+            inner.add_done_callback(lambda: sub._put(_END))
+            return inner
 
-        inner = await asyncio.to_thread(self._subscribe_with_end, make, sub)
-        sub._start(inner)
+        sub._start(await asyncio.to_thread(make))
         return sub
-
-    def _subscribe_with_end(self, make: Callable[[], SyncSubscription], sub: Subscription):
-        inner = make()
-        inner._on_end = lambda: sub._put(_END)
-        if inner.closed:  # ended during its initial delivery (the job had finished)
-            sub._put(_END)
-        return inner
 
     async def wait(
         self,
@@ -251,11 +323,11 @@ class Client:
         """As :meth:`jobtap.Client.wait`, without blocking the loop."""
         wanted = frozenset([states] if isinstance(states, str) else states)
         loop = asyncio.get_running_loop()
-        done: asyncio.Future = loop.create_future()
+        done: asyncio.Future[Job] = loop.create_future()
         last: dict[str, Job] = {}
 
         def on_change(change: Change) -> None:
-            job = change.record
+            job = job_of(change)
             last["job"] = job
             if done.done():
                 return
@@ -265,16 +337,51 @@ class Client:
                 done.set_exception(not_reached(job_id, change, wanted))
 
         sub = await self.subscribe(on_change, jobs=[job_id], user=user, attrs=("state",), site=site)
+        # over when the job got there, or every change was handed over and the
+        # subscription ended
+        either: list[asyncio.Future[Any]] = [done, sub._callbacks_done()]
         try:
-            return await asyncio.wait_for(asyncio.shield(done), timeout)
+            await asyncio.wait_for(
+                asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED), timeout
+            )
         except TimeoutError:
             raise wait_timeout(job_id, wanted, timeout, last.get("job")) from None
         finally:
             await sub.close()
+        if done.done():
+            return done.result()
+        # the client was closed, or the subscription failed, before the job got there
+        raise stopped_waiting(job_id, sub.error)
 
-    def stream(self, *args: Any, **kw: Any) -> EventStream:
+    def stream(
+        self,
+        group: str | None = None,
+        consumer: str | None = None,
+        since: str | None = None,
+        user: str | None = None,
+        *,
+        site: str | None = None,
+        count: int = 1000,
+        block: float = 2.0,
+        claim_idle: float = 60.0,
+        idle_timeout: float | None = None,
+        dedupe: int = 200_000,
+    ) -> EventStream:
         """As :meth:`jobtap.Client.stream`, for ``async for``."""
-        return EventStream(self._client.stream(*args, **kw))
+        return EventStream(
+            self._client.stream(
+                group,
+                consumer,
+                since,
+                user,
+                site=site,
+                count=count,
+                block=block,
+                claim_idle=claim_idle,
+                idle_timeout=idle_timeout,
+                dedupe=dedupe,
+            )
+        )
 
     async def close(self) -> None:
         await asyncio.to_thread(self._client.close)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import redis
 
-from .records import parse_event_id
+from .connection import AnyRedis
+from .events import split_event_id
+from .replies import Fields, blob, text
 
 PAGE = 500
 
@@ -27,31 +30,30 @@ def parse_sid(sid: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class Entry:
     """One stream entry, its event decoded on demand."""
 
-    __slots__ = ("sid", "eid", "prefix", "version", "type", "json", "_event")
+    __slots__ = ("sid", "eid", "prefix", "epoch", "version", "type", "json", "_event")
 
     def __init__(self, sid: str, eid: str, etype: str, json: bytes):
         self.sid = sid
         self.eid = eid
-        self.prefix, self.version = parse_event_id(eid)
+        self.prefix, self.epoch, self.version = split_event_id(eid)
         self.type = etype
         self.json = json
-        self._event: dict | None = None
+        self._event: dict[str, Any] | None = None
 
     @classmethod
-    def from_fields(cls, sid: bytes | str, fields: dict) -> Entry:
-        return cls(_s(sid), _s(fields[b"id"]), _s(fields.get(b"type", b"")), fields[b"event"])
+    def from_fields(cls, sid: bytes | str | None, fields: Fields) -> Entry:
+        return cls(
+            text(sid), text(fields[b"id"]), text(fields.get(b"type", b"")), blob(fields[b"event"])
+        )
 
     @property
-    def event(self) -> dict:
+    def event(self) -> dict[str, Any]:
         if self._event is None:
-            self._event = orjson.loads(self.json)
+            event: dict[str, Any] = orjson.loads(self.json)
+            self._event = event
         return self._event
 
 
@@ -59,16 +61,27 @@ class Entry:
 class Scan:
     missed: list[Entry] = field(default_factory=list)  # oldest first
     newest: str | None = None  # the newest entry id at the time of the scan
+    newest_epoch: str | None = None  # the site epoch of that entry's event
     complete: bool = False  # the boundary was found: nothing older was missed
 
 
-def newest_id(r: redis.Redis, stream: str) -> str:
+def newest_id(r: AnyRedis, stream: str) -> str:
     """The id of the stream's newest entry (``0-0`` when empty or missing)."""
+    return newest_entry(r, stream)[0]
+
+
+def newest_entry(r: AnyRedis, stream: str) -> tuple[str, str | None]:
+    """The id of the stream's newest entry (``0-0`` when empty or missing) and the
+    site epoch of its event (``None`` when there is none)."""
     last = r.xrevrange(stream, count=1)
-    return _s(last[0][0]) if last else "0-0"
+    if not last:
+        return "0-0", None
+    sid, fields = last[0]
+    eid = fields.get(b"id") if fields else None
+    return text(sid), split_event_id(text(eid))[1] if eid is not None else None
 
 
-def _trimmed_after(r: redis.Redis, stream: str, sid: str) -> bool:
+def _trimmed_after(r: AnyRedis, stream: str, sid: str) -> bool:
     """True if entries newer than ``sid`` may have been trimmed away."""
     try:
         info = r.xinfo_stream(stream)
@@ -76,14 +89,14 @@ def _trimmed_after(r: redis.Redis, stream: str, sid: str) -> bool:
         return True  # cannot tell: assume the worst
     except redis.ResponseError:  # no such key: nothing was ever written
         return False
-    deleted = info.get("max-deleted-entry-id") or info.get(b"max-deleted-entry-id")
+    deleted = info.get("max-deleted-entry-id")  # keys are str, values bytes
     if deleted is None:
         return True
-    return parse_sid(_s(deleted)) > parse_sid(sid)
+    return parse_sid(text(deleted)) > parse_sid(sid)
 
 
 def scan_back(
-    r: redis.Redis,
+    r: AnyRedis,
     stream: str,
     *,
     stop_at: str,
@@ -108,8 +121,13 @@ def scan_back(
             scan.complete = not _trimmed_after(r, stream, stop_at)
             break
         if scan.newest is None:
-            scan.newest = _s(page[0][0])
+            scan.newest = text(page[0][0])
+            first = page[0][1]
+            if first and b"id" in first:
+                scan.newest_epoch = split_event_id(text(first[b"id"]))[1]
         for sid, fields in page:
+            if not fields:
+                continue  # not an event (XRANGE gives every entry its fields)
             entry = Entry.from_fields(sid, fields)
             if parse_sid(entry.sid) <= stop:
                 scan.complete = True
@@ -128,6 +146,6 @@ def scan_back(
             break
         if scanned >= limit:
             break
-        end = "(" + _s(page[-1][0])
+        end = "(" + text(page[-1][0])
     scan.missed.reverse()
     return scan

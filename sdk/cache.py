@@ -12,8 +12,10 @@ from typing import Any, NamedTuple
 
 import redis
 
-from .connection import Site
+from .connection import AnyRedis, Site
+from .events import split_event_id
 from .records import Job, Node, Queue, natural_key
+from .replies import text
 from .schema import JOB, NODE, QUEUE
 from .schema import from_hash as decode_hash
 
@@ -39,17 +41,17 @@ def key_of(site: Site, ref: Ref) -> str:
     return site.keys.queue(ref.oid)
 
 
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class Cache:
     """Cache reads of one site."""
 
     def __init__(self, site: Site):
         self.site = site
-        self.r: redis.Redis = site.redis
         self.keys = site.keys
+
+    @property
+    def r(self) -> AnyRedis:
+        """The site's data client (made at first use)."""
+        return self.site.redis
 
     # -- owners -----------------------------------------------------------------------
     def owner(self, job_id: str) -> str | None:
@@ -58,11 +60,11 @@ class Cache:
             user = self.r.hget(self.keys.owner, job_id)
         except redis.exceptions.NoPermissionError:
             return None
-        return _s(user) if user is not None else None
+        return text(user) if user is not None else None
 
     def owners(self) -> dict[str, str]:
         """Every job id -> user of the site (needs read access to the owner index)."""
-        return {_s(k): _s(v) for k, v in self.r.hgetall(self.keys.owner).items()}
+        return {text(k): text(v) for k, v in self.r.hgetall(self.keys.owner).items()}
 
     def locate(self, job_id: str, hints: Sequence[str] = ()) -> str | None:
         """The job's user: the first of ``hints`` (the client's own user) whose key
@@ -70,10 +72,32 @@ class Cache:
 
         Hints first: an ordinary user may not read the owner index, and asking
         anyway would cost a refused round trip (and an ACL LOG entry) every time."""
-        for hint in hints:
-            if hint and self.r.exists(self.keys.job(hint, job_id)):
-                return hint
-        return self.owner(job_id)
+        return self.locate_many([job_id], hints)[job_id]
+
+    def locate_many(
+        self, job_ids: Sequence[str], hints: Sequence[str] = (), *, index: bool = True
+    ) -> dict[str, str | None]:
+        """:meth:`locate` for many jobs in two round trips at most: every hint's
+        key of every job in one pipeline, then one HMGET of the owner index for
+        the jobs left (unless ``index`` is false)."""
+        found: dict[str, str | None] = dict.fromkeys(job_ids)
+        pairs = [(jid, hint) for jid in found for hint in hints if hint]
+        if pairs:
+            pipe = self.r.pipeline(transaction=False)
+            for jid, hint in pairs:
+                pipe.exists(self.keys.job(hint, jid))
+            for (jid, hint), exists in zip(pairs, pipe.execute(), strict=True):
+                if exists and found[jid] is None:
+                    found[jid] = hint
+        rest = [jid for jid, user in found.items() if user is None]
+        if rest and index:
+            try:
+                users = self.r.hmget(self.keys.owner, rest)
+            except redis.exceptions.NoPermissionError:
+                users = []
+            for jid, user in zip(rest, users):
+                found[jid] = text(user) if user is not None else None
+        return found
 
     # -- hashes -----------------------------------------------------------------------------
     def read(self, refs: Sequence[Ref]) -> list[dict[str, Any] | None]:
@@ -94,7 +118,9 @@ class Cache:
         return Job.from_hash(raw)
 
     def live_job_ids(self, user: str) -> list[str]:
-        return sorted((_s(x) for x in self.r.smembers(self.keys.user_jobs(user))), key=natural_key)
+        return sorted(
+            (text(x) for x in self.r.smembers(self.keys.user_jobs(user))), key=natural_key
+        )
 
     def jobs(
         self,
@@ -137,20 +163,19 @@ class Cache:
         out: dict[str, None] = {}
         end = "+"
         while True:
-            page = self.r.xrevrange(self.keys.user_events(user), max=end, count=1000)
+            page = self.r.xrevrange(self.keys.user_events(user), max=end, count=1000) or []
             for _, fields in page:
-                if fields.get(b"type") == b"final":
-                    eid = _s(fields[b"id"])
-                    job_id = eid[len(prefix) : eid.rindex(":")]
-                    out.setdefault(job_id, None)
+                if fields and fields.get(b"type") == b"final":
+                    job_prefix, _, _ = split_event_id(text(fields[b"id"]))
+                    out.setdefault(job_prefix[len(prefix) :], None)
             if len(page) < 1000:
                 return list(out)
-            end = "(" + _s(page[-1][0])
+            end = "(" + text(page[-1][0])
 
     # -- nodes and queues -------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:
         index = self.keys.node_index if kind == NODE else self.keys.queue_index
-        return sorted((_s(x) for x in self.r.smembers(index)), key=natural_key)
+        return sorted((text(x) for x in self.r.smembers(index)), key=natural_key)
 
     def nodes(self, states: Iterable[str] | None = None) -> list[Node]:
         refs = [Ref(self.site.name, NODE, n) for n in self.names(NODE)]

@@ -24,10 +24,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from .cache import Cache, Ref
-from .connection import Site, SiteConfig, make_redis, resolve, translated
+from .connection import Server, Site, SiteConfig, resolve, translated
+from .dispatcher import Dispatcher
 from .errors import (
     ConfigError,
     JobNotFound,
@@ -41,7 +42,8 @@ from .keys import SiteKeys
 from .records import Change, Job, Node, Queue, object_prefix
 from .schema import JOB, KINDS, TERMINAL
 from .stream import EventStream
-from .subscribe import Dispatcher, Subscription, Target
+from .subscribe import Subscription
+from .target import Target
 
 
 class Client:
@@ -73,7 +75,7 @@ class Client:
         site: str | None = None,
         username: str | None = None,
         password: str | None = None,
-        credentials: str | os.PathLike | None = None,
+        credentials: str | os.PathLike[str] | None = None,
         sites: Mapping[str, Any] | None = None,
         timeout: float = 10.0,
         backoff: tuple[float, float] = (0.05, 5.0),
@@ -93,12 +95,12 @@ class Client:
         by_name = {c.site: c for c in configs}
         self.user: str | None = by_name[default].username
         """The Redis user name, taken to be the cluster user this client acts for."""
-        clients: dict[tuple, Any] = {}
+        servers: dict[tuple[str, str | None, str | None], Server] = {}
         self._sites: dict[str, Site] = {}
         for cfg in [by_name[default]] + [c for c in configs if c.site != default]:
-            if cfg.server not in clients:
-                clients[cfg.server] = make_redis(cfg, timeout=timeout)
-            self._sites[cfg.site] = Site(cfg, SiteKeys(cfg.site), clients[cfg.server])
+            if cfg.server not in servers:
+                servers[cfg.server] = Server(cfg, timeout=timeout)
+            self._sites[cfg.site] = Site(cfg, SiteKeys(cfg.site), servers[cfg.server])
         self._caches = {name: Cache(s) for name, s in self._sites.items()}
         self._dispatcher: Dispatcher | None = None
         self._lock = threading.Lock()
@@ -155,7 +157,7 @@ class Client:
         own stream).  Sorted by id."""
         states = [state] if isinstance(state, str) else (list(state) if state else None)
         if finished is None:
-            finished = bool(states) and any(s in TERMINAL for s in states)
+            finished = any(s in TERMINAL for s in states or ())
         out: list[Job] = []
         for s in self._pick(site):
             try:
@@ -266,8 +268,7 @@ class Client:
         targets = {s.name: Target(s, kind_set) for s in sites}
         if JOB in kind_set:
             if job_ids:
-                for jid in job_ids:
-                    s, owner = self._locate(jid, user, sites)
+                for jid, (s, owner) in self._locate(job_ids, user, sites).items():
                     ref = Ref(s.name, JOB, jid, owner)
                     targets[s.name].jobs[object_prefix(s.name, JOB, jid)] = ref
             elif all_jobs:
@@ -283,31 +284,41 @@ class Client:
                 for t in targets.values():
                     t.users = frozenset({who})
         chosen = [t for t in targets.values() if t.channels()]
-        for t in chosen:
-            with translated(t.site.url):
-                t.site.redis.ping()
-        sub = Subscription(dispatcher, callback, chosen, attrs=attrs, initial=initial)
-        dispatcher.add(sub, self.timeout)
-        return sub
-
-    def _locate(self, job_id: str, user: str | None, sites: list[Site]) -> tuple[Site, str]:
-        for s in sites:
-            with translated(s.url):
-                cache = self._caches[s.name]
-                if user:
-                    if s.redis.exists(s.keys.job(user, job_id)):
-                        return s, user
-                else:
-                    owner = cache.locate(job_id, [self.user] if self.user else [])
-                    if owner:
-                        return s, owner
-        hint = user or self.user
-        if hint:
-            return sites[0], hint  # not collected yet: wait for it on its user's channel
-        where = ", ".join(s.name for s in sites)
-        raise JobNotFound(
-            f"job {job_id} is not in the cache of site {where}; pass user= to wait for it"
+        if not job_ids:  # (finding the jobs has just reached their sites: Redis is there)
+            for t in chosen:
+                with translated(t.site.url):
+                    t.site.redis.ping()
+        return dispatcher.subscribe(
+            callback, chosen, attrs=attrs, initial=initial, timeout=self.timeout
         )
+
+    def _locate(
+        self, job_ids: list[str], user: str | None, sites: list[Site]
+    ) -> dict[str, tuple[Site, str]]:
+        """Each job's site and owner: ``user``'s key, else the client's own
+        user's, else the owner index, site by site, a few round trips for all
+        the jobs (not one or two per job: a subscription to a thousand jobs is
+        set up as fast as to one)."""
+        placed: dict[str, tuple[Site, str]] = {}
+        hints = [user] if user else ([self.user] if self.user else [])
+        for s in sites:
+            todo = [jid for jid in dict.fromkeys(job_ids) if jid not in placed]
+            if not todo:
+                break
+            with translated(s.url):
+                owners = self._caches[s.name].locate_many(todo, hints, index=not user)
+            placed.update((jid, (s, owner)) for jid, owner in owners.items() if owner)
+        hint = user or self.user
+        for jid in job_ids:
+            if jid in placed:
+                continue
+            if not hint:
+                where = ", ".join(s.name for s in sites)
+                raise JobNotFound(
+                    f"job {jid} is not in the cache of site {where}; pass user= to wait for it"
+                )
+            placed[jid] = (sites[0], hint)  # not collected yet: wait for it on its user's channel
+        return {jid: placed[jid] for jid in job_ids}
 
     def wait(
         self,
@@ -332,33 +343,33 @@ class Client:
             raise JobtapError("wait() would block the callback thread: call it elsewhere")
         started = time.monotonic()
         done = threading.Event()
-        box: dict[str, Any] = {}
+        seen: list[Job] = []  # the last record seen
+        reached: list[Job] = []
+        ended: list[Change] = []  # its final or removed change, in another state
 
         def on_change(change: Change) -> None:
-            job = change.record
-            box["job"] = job
+            job = job_of(change)
+            seen[:] = [job]
             if job.state in wanted:
-                box["reached"] = job
+                reached.append(job)
                 done.set()
             elif change.final or change.type == REMOVED:
-                box["ended"] = change
+                ended.append(change)
                 done.set()
 
         sub = self.subscribe(on_change, jobs=[job_id], user=user, attrs=("state",), site=site)
-        sub._on_end = done.set  # also wake up if the client is closed meanwhile
-        if sub.closed:
-            done.set()
+        sub.add_done_callback(done.set)  # also wake up if the client is closed meanwhile
         try:
             left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
             if not done.wait(left):
-                raise wait_timeout(job_id, wanted, timeout, box.get("job"))
+                raise wait_timeout(job_id, wanted, timeout, seen[-1] if seen else None)
         finally:
             sub.close()
-        if "reached" in box:
-            return box["reached"]
-        if "ended" in box:
-            raise not_reached(job_id, box["ended"], wanted)
-        raise sub.error or JobtapError(f"stopped waiting for job {job_id}: the client was closed")
+        if reached:
+            return reached[0]
+        if ended:
+            raise not_reached(job_id, ended[0], wanted)
+        raise stopped_waiting(job_id, sub.error)
 
     # -- the stream -------------------------------------------------------------------------------
     def stream(
@@ -408,8 +419,8 @@ class Client:
             dispatcher = self._dispatcher
         if dispatcher is not None:
             dispatcher.close()
-        for s in {id(s.redis): s for s in self._sites.values()}.values():
-            s.redis.close()
+        for server in {id(s.server): s.server for s in self._sites.values()}.values():
+            server.close()
 
     def __enter__(self) -> Client:
         return self
@@ -425,16 +436,27 @@ def _states(states: frozenset[str]) -> str:
     return "/".join(sorted(states))
 
 
+def job_of(change: Change) -> Job:
+    """The record of a change delivered to wait(), whose subscription is to one job."""
+    return cast(Job, change.record)
+
+
 def not_reached(job_id: str, ended: Change, wanted: frozenset[str]) -> StateNotReached:
     """The error for a job that ended (``ended``: its final or removed change)
     in a state other than ``wanted``."""
-    job = ended.record
+    job = job_of(ended)
     if ended.type == REMOVED:
         return StateNotReached(f"job {job_id} left the cache (purged after retention?)", job)
     reason = f", reason: {job.reason}" if job.reason else ""
     return StateNotReached(
         f"job {job_id} finished as {job.state}{reason}, not {_states(wanted)}", job
     )
+
+
+def stopped_waiting(job_id: str, error: JobtapError | None) -> JobtapError:
+    """The error of a wait whose subscription ended before the job did: why it
+    failed, or the client was closed."""
+    return error or JobtapError(f"stopped waiting for job {job_id}: the client was closed")
 
 
 def wait_timeout(

@@ -70,7 +70,9 @@ def parse(text: str, path: Path | None = None) -> Credentials:
     return Credentials(**values, path=path)
 
 
-def load(path: str | os.PathLike | None = None, *, required: bool = True) -> Credentials | None:
+def load(
+    path: str | os.PathLike[str] | None = None, *, required: bool = True
+) -> Credentials | None:
     """Read a credential file.
 
     With ``path=None`` the default location is used and a missing file is not an

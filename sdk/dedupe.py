@@ -1,7 +1,7 @@
 """Bounded memories for dropping duplicates from a stream.
 
-Event ids are ``<object prefix>:<version>`` and versions grow by one per change,
-in stream order.  An event is a duplicate when
+Event ids name the object, the site epoch and the version, and versions grow by
+one per change within an epoch, in stream order.  An event is a duplicate when
 
 - its id was handed out already (a replayed batch, an entry read twice), or
 - a newer version of its object came *earlier in the stream* (an old event
@@ -11,15 +11,19 @@ An event that sits earlier in the stream than a newer version already handed out
 is not a duplicate: it is one this consumer never had (claimed from a crashed
 consumer of the group), and it is delivered, out of order.
 
-Nodes and queues that are removed and come back start again at version 1; a
-``new`` event after a ``removed`` one is therefore accepted whatever its version.
+What "newer" means, including a node or queue that is removed and comes back
+(its versions start again at 1), is the rule of :mod:`jobtap.sequence`.  Versions
+of two epochs are never compared: when Redis lost data and a new epoch began, the
+memory of the old epoch stops counting (its ids are still known, so an old event
+read again is still dropped) and the new epoch's events, from version 1, all go
+through.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from .events import NEW, REMOVED
+from .sequence import Step, VersionSequence
 
 StreamId = tuple[int, int]
 
@@ -54,37 +58,34 @@ class VersionMemory:
 
     def __init__(self, maxsize: int = 200_000):
         self.maxsize = maxsize
-        self._last: OrderedDict[str, tuple[int, StreamId]] = OrderedDict()
+        self._versions: VersionSequence[StreamId] = VersionSequence(maxsize)
         self._ids = LRUSet(maxsize)
-        self._removed: set[str] = set()
         self._lives: dict[str, int] = {}  # objects that were removed and came back
 
-    def accept(self, prefix: str, version: int, etype: str, sid: StreamId = (0, 0)) -> bool:
+    def accept(
+        self, prefix: str, version: int, etype: str, sid: StreamId = (0, 0), epoch: str = ""
+    ) -> bool:
         """True (and remember it) if the event is new; False for a duplicate."""
-        comes_back = etype == NEW and prefix in self._removed
-        if comes_back:  # a new life: its versions start again
+        versions = self._versions
+        comes_back = versions.comes_back(prefix, etype)
+        if comes_back:  # a new life: its ids repeat those of the last one
             self._lives[prefix] = self._lives.get(prefix, 0) + 1
         life = self._lives.get(prefix)
-        eid = f"{prefix}:{version}" if life is None else f"{prefix}#{life}:{version}"
+        name = prefix if life is None else f"{prefix}#{life}"
+        eid = f"{name}@{epoch}:{version}"
         if not comes_back:
             if eid in self._ids:
                 return False
-            last = self._last.get(prefix)
-            if last is not None and version <= last[0] and sid > last[1]:
-                return False
+            where = versions.mark(prefix)
+            if (
+                where is not None
+                and sid > where
+                and versions.step(prefix, version, etype, epoch) is Step.OLD
+            ):
+                return False  # a newer version came earlier in the stream
         self._ids.add(eid)
-        last = self._last.get(prefix)
-        if comes_back or last is None or version > last[0]:
-            self._last[prefix] = (version, sid)
-        self._last.move_to_end(prefix)
-        if etype == REMOVED:
-            self._removed.add(prefix)
-        elif comes_back:
-            self._removed.discard(prefix)
-        if len(self._last) > self.maxsize:
-            old, _ = self._last.popitem(last=False)
-            self._removed.discard(old)
+        versions.advance(prefix, version, etype, mark=sid, epoch=epoch)
         return True
 
     def __len__(self) -> int:
-        return len(self._last)
+        return len(self._versions)

@@ -1,7 +1,21 @@
-"""The errors the SDK raises.  Every one derives from :class:`JobtapError`, and
-also from the matching built-in (``LookupError``, ``TimeoutError``,
-``ConnectionError``, ``PermissionError``, ``ValueError``) so that generic
-handlers keep working.
+"""The errors the SDK raises: one hierarchy.  Every one derives from
+:class:`JobtapError`, and also from the matching built-in (``LookupError``,
+``TimeoutError``, ``ConnectionError``, ``PermissionError``, ``ValueError``) so
+that generic handlers keep working::
+
+    JobtapError
+    ├── ConfigError (ValueError)
+    │   ├── BadName
+    │   └── CredentialsError
+    ├── RedisUnavailable (ConnectionError)
+    ├── AuthenticationFailed (PermissionError)
+    ├── PermissionDenied (PermissionError)
+    ├── JobNotFound (LookupError)
+    ├── WaitTimeout (TimeoutError)
+    └── StateNotReached
+
+Errors of redis-py never reach the caller: they are translated into these
+(see ``jobtap.connection.translate_error``).
 """
 
 from __future__ import annotations
@@ -18,6 +32,10 @@ class JobtapError(Exception):
 
 class ConfigError(JobtapError, ValueError):
     """Bad arguments or configuration (site name, URL, options)."""
+
+
+class BadName(ConfigError):
+    """A site, user or object name that cannot be turned into a Redis key."""
 
 
 class CredentialsError(ConfigError):

@@ -1,8 +1,22 @@
 """The event: one JSON object per change of a stored record.
 
-``id`` is deterministic (site, object and version), so a replayed batch, a
-retried worker or a restarted collector produce the same id and consumers can
-drop duplicates.
+``id`` is deterministic (site, epoch, object and version), so a replayed batch,
+a retried worker or a restarted collector produce the same id and consumers can
+drop duplicates.  Its format:
+
+    SITE:EPOCH:JOBID:VERSION         a job      hpc1:mg3k1x2a7f3c:12.pbs:3
+    SITE:EPOCH:KIND:NAME:VERSION     a node or queue   hpc1:mg3k1x2a7f3c:node:n1:2
+
+``EPOCH`` is the site's epoch (:data:`EPOCH_LENGTH` characters of ``0-9a-z``): a
+new one begins whenever Redis' data for the site is not the continuation of what
+was written before (Redis came back empty, restarted, failed over, or was
+restored from an older snapshot; see ``workers/epoch.py``).  ``VERSION`` counts
+the object's changes within the epoch: 1, 2, 3..., one more exactly when the
+stored record changes; an object's first change in a new epoch is version 1
+again.  So an id is never given to two different events, and the versions of an
+object within an epoch have no gap.  Ids written before epochs existed
+(``SITE:JOBID:VERSION``, ``SITE:KIND:NAME:VERSION``) are read with the epoch
+``""`` (:func:`split_event_id`).
 
 The workers build every event with :func:`make_event`.  The same event is
 published as schemas downstream systems can register: :func:`json_schema`
@@ -22,17 +36,27 @@ import orjson
 
 from .schema import JOB, to_hash
 
-NEW = "new"
-STATE = "state"
-UPDATE = "update"
-FINAL = "final"
-REMOVED = "removed"
+# Change types.  The workers write the first five into events; a subscription
+# also delivers the last two, which it makes itself from the cache.
+NEW = "new"  # the object appeared (a removed node or queue that comes back starts again here)
+STATE = "state"  # a job's state changed
+UPDATE = "update"  # other attributes changed
+FINAL = "final"  # a job's last event: terminal state, or gone from the server
+REMOVED = "removed"  # the object left the cache (a node or queue deleted, a job purged)
+INITIAL = "initial"  # the current record, delivered first by Client.subscribe(initial=True)
+RESYNC = "resync"  # the record re-read after missed changes no stream holds any more
 EVENT_TYPES = (NEW, STATE, UPDATE, FINAL, REMOVED)
+CHANGE_TYPES = (*EVENT_TYPES, INITIAL, RESYNC)
+
+
+EPOCH_LENGTH = 12
+_EPOCH_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
 
 
 class Event(TypedDict):
     id: str
     site: str
+    epoch: str
     kind: str
     type: str
     object_id: str
@@ -43,11 +67,39 @@ class Event(TypedDict):
     record: dict[str, Any]
 
 
-def event_id(site: str, kind: str, object_id: str, version: int) -> str:
-    """``S:JOBID:VERSION`` for jobs, ``S:KIND:NAME:VERSION`` for nodes and queues."""
+def object_prefix(site: str, kind: str, object_id: str) -> str:
+    """What names one object in event ids, whatever the epoch: ``S:JOBID`` for
+    jobs, ``S:KIND:NAME`` for nodes and queues."""
     if kind == JOB:
-        return f"{site}:{object_id}:{version}"
-    return f"{site}:{kind}:{object_id}:{version}"
+        return f"{site}:{object_id}"
+    return f"{site}:{kind}:{object_id}"
+
+
+def event_id(site: str, epoch: str, kind: str, object_id: str, version: int) -> str:
+    """``S:EPOCH:JOBID:VERSION`` for jobs, ``S:EPOCH:KIND:NAME:VERSION`` for nodes
+    and queues."""
+    if kind == JOB:
+        return f"{site}:{epoch}:{object_id}:{version}"
+    return f"{site}:{epoch}:{kind}:{object_id}:{version}"
+
+
+def is_epoch(text: str) -> bool:
+    """Whether ``text`` has the form of an epoch (see :data:`EPOCH_LENGTH`)."""
+    return len(text) == EPOCH_LENGTH and _EPOCH_CHARS.issuperset(text)
+
+
+def split_event_id(eid: str) -> tuple[str, str, int]:
+    """``(object prefix, epoch, version)`` of an event id:
+    ``("hpc1:12.pbs", "mg3k1x2a7f3c", 3)`` from ``"hpc1:mg3k1x2a7f3c:12.pbs:3"``.
+
+    An id of the form used before epochs existed gives the epoch ``""``.  Raises
+    ``ValueError`` if there is no version."""
+    rest, _, version = eid.rpartition(":")
+    site, _, tail = rest.partition(":")
+    epoch, sep, obj = tail.partition(":")
+    if sep and is_epoch(epoch):
+        return f"{site}:{obj}", epoch, int(version)
+    return rest, "", int(version)
 
 
 def object_key(kind: str, object_id: str) -> str:
@@ -60,12 +112,14 @@ def dumps(event: Event | dict[str, Any]) -> bytes:
 
 
 def loads(raw: bytes | str) -> Event:
-    return orjson.loads(raw)
+    event: Event = orjson.loads(raw)
+    return event
 
 
 def make_event(
     *,
     site: str,
+    epoch: str,
     kind: str,
     type: str,
     object_id: str,
@@ -75,10 +129,12 @@ def make_event(
     changes: dict[str, list[Any]],
     record: dict[str, Any],
 ) -> Event:
-    """The event for ``version`` of an object (its id follows from the rest)."""
+    """The event for ``version`` of an object in ``epoch`` (its id follows from
+    the rest)."""
     return {
-        "id": event_id(site, kind, object_id, version),
+        "id": event_id(site, epoch, kind, object_id, version),
         "site": site,
+        "epoch": epoch,
         "kind": kind,
         "type": type,
         "object_id": object_id,
@@ -93,13 +149,18 @@ def make_event(
 @cache
 def json_schema() -> dict[str, Any]:
     """The event's JSON Schema (draft 2020-12)."""
-    return orjson.loads(files(__package__).joinpath("schemas/event.schema.json").read_bytes())
+    return _load_schema("event.schema.json")
 
 
 @cache
 def avro_schema() -> dict[str, Any]:
     """The event's Avro schema (the form :func:`to_avro` gives)."""
-    return orjson.loads(files(__package__).joinpath("schemas/event.avsc").read_bytes())
+    return _load_schema("event.avsc")
+
+
+def _load_schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = orjson.loads(files(__package__).joinpath("schemas", name).read_bytes())
+    return schema
 
 
 def to_avro(event: Event | dict[str, Any]) -> dict[str, Any]:

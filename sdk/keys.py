@@ -11,18 +11,23 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from .errors import ConfigError
+from .errors import BadName
+
+__all__ = [
+    "POKES_MAXLEN",
+    "PREFIX",
+    "BadName",
+    "SiteKeys",
+    "check_site",
+    "escape_user",
+    "unescape_user",
+]
 
 PREFIX = "jobtap"
 POKES_MAXLEN = 10_000  # entries kept in a site's poke stream (approximately)
 
 _SAFE_USER = re.compile(r"[^A-Za-z0-9._-]")
 _SITE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-class BadName(ConfigError):
-    """A site, user or object name that cannot be turned into a key (a
-    :class:`~jobtap.ConfigError`, hence also a ``ValueError``)."""
 
 
 def escape_user(user: str) -> str:
@@ -63,6 +68,8 @@ class SiteKeys:
         self.meta = f"{self.base}:meta"  # collector health
         self.all_channel = f"{self.base}:all"
         self.nodes_channel = f"{self.base}:nodes"
+        # The collector's health after every cycle (a small JSON object; jobtap top).
+        self.health_channel = f"{self.base}:health"
         # Internal bookkeeping (not part of the reader contract).
         self.fingerprints = f"{self.base}:fingerprints"  # hash kind:id -> "fp state"
         self.expiry = f"{self.base}:expiry"  # zset job id -> time its hash expires

@@ -16,17 +16,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Self, Union
 
 import orjson
 
 from . import events as ev
+from .events import INITIAL, RESYNC
 from .schema import JOB, NODE, QUEUE, TERMINAL
 from .schema import from_hash as decode_hash
 
-# Change types the SDK synthesises (never written by the workers).
-INITIAL = "initial"  # the current record, delivered first by subscribe(initial=True)
-RESYNC = "resync"  # the record re-read after missed changes the streams no longer hold
+__all__ = ["INITIAL", "RESYNC", "Change", "Job", "Node", "Queue", "Record"]
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -69,7 +68,7 @@ class _Record:
     _INTS: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], *, final: bool | None = None):
+    def from_record(cls, record: Mapping[str, Any], *, final: bool | None = None) -> Self:
         """Build from a decoded record (an event's ``record``, or a decoded hash)."""
         names = _field_names(cls)
         kw: dict[str, Any] = {name: record.get(name) for name in names}
@@ -87,14 +86,14 @@ class _Record:
         return cls(**kw)
 
     @classmethod
-    def from_hash(cls, raw: Mapping[str | bytes, str | bytes]):
+    def from_hash(cls, raw: Mapping[str | bytes, str | bytes]) -> Self | None:
         """Build from an ``HGETALL`` reply; ``None`` if the hash is empty (no such key)."""
         if not raw:
             return None
         return cls.from_record(decode_hash(raw))
 
     @classmethod
-    def from_event(cls, event: Mapping[str, Any]):
+    def from_event(cls, event: Mapping[str, Any]) -> Self:
         """Build from an event (``jobtap.events.Event``): its ``record``, with ``final``
         set when the event is the object's final one."""
         return cls.from_record(event["record"], final=event.get("type") == ev.FINAL)
@@ -200,7 +199,7 @@ class Queue(_Record):
 
 
 Record = Union[Job, Node, Queue]  # noqa: UP007 (a runtime alias)
-RECORD_TYPES: dict[str, type] = {JOB: Job, NODE: Node, QUEUE: Queue}
+RECORD_TYPES: dict[str, type[Job] | type[Node] | type[Queue]] = {JOB: Job, NODE: Node, QUEUE: Queue}
 
 
 def record_from_hash(kind: str, raw: Mapping[str | bytes, str | bytes]) -> Record | None:
@@ -208,20 +207,19 @@ def record_from_hash(kind: str, raw: Mapping[str | bytes, str | bytes]) -> Recor
 
 
 def parse_event_id(eid: str) -> tuple[str, int]:
-    """``("S:12.pbs", 3)`` from ``"S:12.pbs:3"``: the object's prefix and the version."""
-    prefix, _, version = eid.rpartition(":")
-    return prefix, int(version)
+    """``("S:12.pbs", 3)`` from ``"S:EPOCH:12.pbs:3"``: the object's prefix and the
+    version (see :func:`jobtap.events.split_event_id`)."""
+    prefix, _, version = ev.split_event_id(eid)
+    return prefix, version
 
 
-def object_prefix(site: str, kind: str, object_id: str) -> str:
-    """The part of an event id before the version (see :func:`jobtap.events.event_id`)."""
-    return ev.event_id(site, kind, object_id, 0)[:-2]
+object_prefix = ev.object_prefix
 
 
 _DIGITS = re.compile(r"(\d+)")
 
 
-def natural_key(text: str) -> tuple:
+def natural_key(text: str) -> tuple[int | str, ...]:
     """Sort key that puts ``9.pbs`` before ``10.pbs``."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
 
@@ -235,8 +233,9 @@ class Change:
     current record, delivered first) and ``resync`` (the record re-read after
     changes were missed that no stream holds any more; ``changes`` is empty).
 
-    Attributes: ``id`` (``site:JOBID:VERSION``: deterministic, so a consumer can
-    drop duplicates), ``type``, ``version``, ``kind``, ``site``, ``object_id``,
+    Attributes: ``id`` (``site:EPOCH:JOBID:VERSION``: deterministic, so a consumer
+    can drop duplicates), ``type``, ``version`` (within ``epoch``), ``epoch`` (the
+    site epoch, see :mod:`jobtap.events`), ``kind``, ``site``, ``object_id``,
     ``user``, ``observed_at``, ``changes`` (``{attr: [old, new]}``), ``record``
     (a :class:`Job`, :class:`Node` or :class:`Queue`), ``final``, ``event`` (the
     event as a dict, the ``jobtap.events.Event`` schema), ``json`` (the same as
@@ -286,9 +285,12 @@ class Change:
         """An ``initial`` or ``resync`` change from a decoded hash."""
         version = int(record.get("version") or 0)
         oid = str(record.get("id"))
-        event = {
-            "id": ev.event_id(site, kind, oid, version),
+        epoch = str(record.get("epoch") or "")
+        eid = ev.event_id(site, epoch, kind, oid, version)
+        event: dict[str, Any] = {
+            "id": eid,
             "site": site,
+            "epoch": epoch,
             "kind": kind,
             "type": etype,
             "object_id": oid,
@@ -296,15 +298,16 @@ class Change:
             "version": version,
             "observed_at": record.get("updated_at"),
             "changes": {},
-            "record": {k: v for k, v in record.items() if k not in ("cycle", "final")},
+            "record": {k: v for k, v in record.items() if k not in ("cycle", "final", "epoch")},
         }
-        return cls(event["id"], etype, version, event=event, final=final)
+        return cls(eid, etype, version, event=event, final=final)
 
     # -- lazy views -------------------------------------------------------------------------
     @property
     def event(self) -> dict[str, Any]:
         if self._event is None:
-            self._event = orjson.loads(self._json or b"{}")
+            event: dict[str, Any] = orjson.loads(self._json or b"{}")
+            self._event = event
         return self._event
 
     @property
@@ -315,19 +318,23 @@ class Change:
 
     @property
     def kind(self) -> str:
-        return self.event.get("kind", JOB)
+        kind: str = self.event.get("kind", JOB)
+        return kind
 
     @property
     def site(self) -> str:
-        return self.event["site"]
+        site: str = self.event["site"]
+        return site
 
     @property
     def object_id(self) -> str:
-        return self.event["object_id"]
+        object_id: str = self.event["object_id"]
+        return object_id
 
     @property
     def user(self) -> str | None:
-        return self.event.get("user")
+        user: str | None = self.event.get("user")
+        return user
 
     @property
     def observed_at(self) -> datetime | None:
@@ -335,7 +342,14 @@ class Change:
 
     @property
     def changes(self) -> dict[str, list[Any]]:
-        return self.event.get("changes") or {}
+        changes: dict[str, list[Any]] = self.event.get("changes") or {}
+        return changes
+
+    @property
+    def epoch(self) -> str:
+        """The site epoch ``version`` counts in (``""`` for an event written before
+        epochs existed)."""
+        return ev.split_event_id(self.id)[1]
 
     @property
     def final(self) -> bool:

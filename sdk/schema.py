@@ -105,8 +105,9 @@ JSON_FIELDS = frozenset(
 # Fields that the store maintains itself: a change in them alone is not a change
 # of the record (no version bump, no event).  ``cycle`` is the collector cycle
 # that last wrote the object (for ordering); ``final`` is 1 once a job's final
-# event went out (nothing follows it).
-BOOKKEEPING = frozenset({"version", "updated_at", "cycle", "final"})
+# event went out (nothing follows it); ``epoch`` is the site epoch ``version``
+# counts in (see jobtap.events).
+BOOKKEEPING = frozenset({"version", "updated_at", "cycle", "final", "epoch"})
 
 
 def to_hash(record: Mapping[str, Any]) -> dict[str, str]:

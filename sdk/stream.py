@@ -23,7 +23,11 @@ object) are dropped before they reach the caller, within a bounded memory of
 deterministic: use it as the key downstream).
 
 After a disconnect the stream reconnects with backoff and carries on where it
-left off; nothing is skipped.
+left off; nothing is skipped.  If Redis lost data meanwhile (it restarted, failed
+over, or went back to an older snapshot), the events written afterwards carry a
+new site epoch (see :mod:`jobtap.events`) and versions from 1 again: the
+de-duplication counts versions per epoch, so the new epoch's events all go
+through (:attr:`EventStream.epoch` and ``epochs`` say what was seen).
 """
 
 from __future__ import annotations
@@ -35,20 +39,28 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 import redis
+from tenacity import RetryCallState
 
 from .backfill import newest_id, parse_sid
-from .connection import TRANSIENT, Site, reconnecting, safe_url, translate_error
+from .connection import (
+    TRANSIENT,
+    AnyRedis,
+    Site,
+    reconnecting,
+    safe_url,
+    translate_error,
+    translated,
+)
 from .dedupe import VersionMemory
-from .errors import ConfigError
-from .records import Change, parse_event_id
+from .errors import ConfigError, JobtapError
+from .events import split_event_id
+from .records import Change
+from .replies import Fields, blob, entries, text
 
 log = logging.getLogger("jobtap.sdk")
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def default_consumer() -> str:
@@ -61,7 +73,8 @@ class EventStream(Iterator[Change]):
 
     ``idle_timeout`` ends the iteration after that many seconds without an event
     (default: never).  Attributes: ``last_id``, ``delivered``, ``duplicates``,
-    ``claimed``.
+    ``claimed``, ``epoch`` (the site epoch of the last event read) and ``epochs``
+    (how many times it changed).
     """
 
     def __init__(
@@ -84,10 +97,11 @@ class EventStream(Iterator[Change]):
         if since not in (None, "$", "0") and not _valid_id(since):
             raise ConfigError(f"since must be a stream id like 1732200000000-0, not {since!r}")
         self.site = site
-        self.r: redis.Redis = site.redis
         self.key = site.keys.user_events(user) if user else site.keys.events
         self.group = group
-        self.consumer = consumer or (default_consumer() if group else None)
+        # group mode: (group, consumer)
+        self._member = (group, consumer or default_consumer()) if group else None
+        self.consumer = self._member[1] if self._member else None
         self.since = since
         self.count = count
         self.block = block
@@ -99,6 +113,11 @@ class EventStream(Iterator[Change]):
         self.delivered = 0
         self.duplicates = 0
         self.claimed = 0
+        self.epoch: str | None = None
+        """The site epoch of the last event read (see :mod:`jobtap.events`)."""
+        self.epochs = 0
+        """How many new epochs began while reading (Redis lost data)."""
+        self._epochs_seen: set[str] = set()
         self._memory = VersionMemory(dedupe)
         self._buffer: deque[Change] = deque()
         self._pos: str | None = None  # plain mode: last id read
@@ -113,6 +132,11 @@ class EventStream(Iterator[Change]):
         self._connected = False
         self._last_activity = time.monotonic()
         self._down_since: float | None = None
+
+    @property
+    def r(self) -> AnyRedis:
+        """The site's data client (made at first use)."""
+        return self.site.redis
 
     # -- iteration ---------------------------------------------------------------------------
     def __iter__(self) -> EventStream:
@@ -142,8 +166,8 @@ class EventStream(Iterator[Change]):
         return len(self._buffer)
 
     def _hand_out(self, change: Change) -> None:
-        if self.group is not None:
-            self._taken.append(change.stream_id)  # type: ignore[arg-type]
+        if self.group is not None and change.stream_id is not None:
+            self._taken.append(change.stream_id)
         self.last_id = change.stream_id
         self.delivered += 1
 
@@ -155,12 +179,20 @@ class EventStream(Iterator[Change]):
 
     def ack(self) -> None:
         """Acknowledge every event handed out so far (group mode; no-op otherwise)."""
+        with translated(self.site.url):
+            self._ack()
+
+    def _ack(self) -> None:
         if self.group is None or not (self._taken or self._dropped):
             return
-        ids = self._taken + self._dropped
-        self.r.xack(self.key, self.group, *ids)
+        self.r.xack(self.key, self.group, *(self._taken + self._dropped))
         self._taken.clear()
         self._dropped.clear()
+
+    def interrupt(self) -> None:
+        """Make the iteration end (any thread): a fetch in flight ends after its
+        current read, with ``StopIteration``.  Acks nothing: see :meth:`close`."""
+        self._stop.set()
 
     def close(self, ack: bool = True) -> None:
         """Stop; with ``ack``, acknowledge what was handed out.  Events not acked
@@ -174,7 +206,7 @@ class EventStream(Iterator[Change]):
             return
         try:
             self.ack()
-        except redis.RedisError as exc:
+        except JobtapError as exc:
             log.warning("jobtap: could not ack %d event(s) on close: %s", len(self._taken), exc)
 
     def __enter__(self) -> EventStream:
@@ -221,7 +253,7 @@ class EventStream(Iterator[Change]):
             )
             self._down_since = None
 
-    def _on_retry(self, state) -> None:
+    def _on_retry(self, state: RetryCallState) -> None:
         if self._down_since is None:
             self._down_since = time.monotonic()
             exc = state.outcome.exception() if state.outcome else None
@@ -241,30 +273,39 @@ class EventStream(Iterator[Change]):
             wait = min(wait, max(limit, 0.001))
         return max(1, int(wait * 1000))
 
-    def _offer(self, sid: bytes | str, fields: dict | None) -> None:
-        sid = _s(sid)
+    def _offer(self, sid: str, fields: Fields | None) -> None:
         if not fields or b"id" not in fields:  # deleted meanwhile, or not an event
             if self.group is not None:
                 self._dropped.append(sid)
             return
-        eid = _s(fields[b"id"])
-        etype = _s(fields.get(b"type", b""))
+        eid = text(fields[b"id"])
+        etype = text(fields.get(b"type", b""))
         try:
-            prefix, version = parse_event_id(eid)
+            prefix, epoch, version = split_event_id(eid)
         except ValueError:
-            prefix, version = eid, 0
-        if not self._memory.accept(prefix, version, etype, parse_sid(sid)):
+            prefix, epoch, version = eid, "", 0
+        if epoch not in self._epochs_seen:
+            self._epochs_seen.add(epoch)
+            if self.epoch is not None:
+                self.epochs += 1
+                log.warning(
+                    "jobtap: stream %s: epoch %s began (Redis lost data); versions count "
+                    "from 1 in it", self.key, epoch or '""',
+                )  # fmt: skip
+        self.epoch = epoch
+        if not self._memory.accept(prefix, version, etype, parse_sid(sid), epoch):
             self.duplicates += 1
             if self.group is not None:
                 self._dropped.append(sid)
             return
-        self._buffer.append(Change(eid, etype, version, json=fields[b"event"], stream_id=sid))
+        event = blob(fields[b"event"])
+        self._buffer.append(Change(eid, etype, version, json=event, stream_id=sid))
 
     def _fetch(self) -> None:
-        if self.group is None:
+        if self._member is None:
             self._fetch_plain()
         else:
-            self._fetch_group()
+            self._fetch_group(*self._member)
 
     def _fetch_plain(self) -> None:
         if self._pos is None:
@@ -273,16 +314,15 @@ class EventStream(Iterator[Change]):
             else:
                 self._pos = "0-0" if self.since == "0" else self.since
         reply = self.r.xread({self.key: self._pos}, count=self.count, block=self._block_ms())
-        for _, entries in reply or ():
-            for sid, fields in entries:
-                self._pos = _s(sid)
-                self._offer(sid, fields)
+        for sid, fields in entries(reply):
+            self._pos = sid
+            self._offer(sid, fields)
 
-    def _fetch_group(self) -> None:
-        r, key, group, consumer = self.r, self.key, self.group, self.consumer
+    def _fetch_group(self, group: str, consumer: str) -> None:
+        r, key = self.r, self.key
         if not self._group_ready:
             try:
-                start = "$" if self.since in (None, "$") else self.since
+                start = self.since or "$"
                 r.xgroup_create(key, group, id=start, mkstream=True)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
@@ -301,38 +341,38 @@ class EventStream(Iterator[Change]):
             self._taken.clear()
             self._dropped.clear()
 
-    def _read_group(self, r: redis.Redis, key: str, group: str, consumer: str) -> None:
-        self.ack()
+    def _read_group(self, r: AnyRedis, key: str, group: str, consumer: str) -> None:
+        self._ack()
         if self._own_pending is not None:
             reply = r.xreadgroup(group, consumer, {key: self._own_pending}, count=self.count)
-            entries = reply[0][1] if reply else []
-            if not entries:
+            own = entries(reply)
+            if not own:
                 self._own_pending = None
             else:
-                self._own_pending = _s(entries[-1][0])
-                for sid, fields in entries:
+                self._own_pending = own[-1][0]
+                for sid, fields in own:
                     self._offer(sid, fields)
             return
         now = time.monotonic()
         if now >= self._next_claim:
-            cursor, claimed, *_ = r.xautoclaim(
+            claim: Any = r.xautoclaim(
                 key, group, consumer, int(self.claim_idle * 1000), self._claim_cursor,
                 count=self.count,
             )  # fmt: skip
-            self._claim_cursor = _s(cursor)
+            cursor, claimed = claim[0], claim[1]
+            self._claim_cursor = text(cursor)
             if self._claim_cursor == "0-0":
                 self._next_claim = now + min(max(self.claim_idle / 2, 0.05), 30.0)
             if claimed:
                 self.claimed += len(claimed)
                 log.info("jobtap: claimed %d pending event(s) of %s", len(claimed), group)
                 for sid, fields in claimed:
-                    self._offer(sid, fields)
+                    self._offer(text(sid), fields)
                 return
         wait = self._block_ms(self._next_claim - time.monotonic())
         reply = r.xreadgroup(group, consumer, {key: ">"}, count=self.count, block=wait)
-        for _, entries in reply or ():
-            for sid, fields in entries:
-                self._offer(sid, fields)
+        for sid, fields in entries(reply):
+            self._offer(sid, fields)
 
 
 def _valid_id(value: str) -> bool:

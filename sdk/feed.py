@@ -1,0 +1,434 @@
+"""One subscription as the dispatcher serves it: what it watches, what it has
+delivered (per object, a :class:`~jobtap.sequence.VersionSequence`), which
+channels it waits for, and where it is in its life:
+
+    pending --(channels confirmed, snapshot)--> active --(gap)--> syncing --> active
+       any state --(close, error, last named job final)--> ended
+
+Per site it follows one epoch (see :mod:`jobtap.events`): the epoch of the newest
+event its streams hold.  An event of another epoch is a gap like any other, and
+the catch-up that follows finds that Redis lost data (a stream went back, or a
+new epoch began) and treats it like a Kubernetes watch's "410 Gone": what it
+knew of the old epoch no longer decides what is new, objects whose record is
+gone are awaited in the new epoch instead of being reported removed, and
+finished jobs of the site or a user's listing are followed again.
+
+Every method runs on the dispatcher thread, except :meth:`Feed.stop`,
+:meth:`Feed.add_end_callback` and the read-only properties, which any thread may use.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from .backfill import Entry, parse_sid
+from .cache import Ref
+from .catchup import Planned
+from .errors import JobtapError
+from .events import INITIAL, REMOVED, RESYNC, UPDATE
+from .records import Change, object_prefix
+from .schema import JOB
+from .sequence import Step, VersionSequence
+from .target import Target
+
+if TYPE_CHECKING:
+    from .link import Link
+
+log = logging.getLogger("jobtap.sdk")
+
+Callback = Callable[[Change], Any]
+ChannelKey = tuple["Link", str]
+"""A channel on one pub/sub connection."""
+
+FINISHED_MEMORY = 100_000  # finished objects remembered per subscription
+
+
+class Phase(Enum):
+    PENDING = "pending"  # waiting for Redis to confirm its channels
+    SYNCING = "syncing"  # reading the snapshot, or catching up after a gap
+    ACTIVE = "active"  # delivering channel events as they come
+    ENDED = "ended"
+
+
+class Feed:
+    """The state of one subscription, and what happens to it."""
+
+    def __init__(
+        self,
+        callback: Callback,
+        targets: Iterable[Target],
+        *,
+        attrs: Iterable[str] | None,
+        initial: bool,
+        release: Callable[[Feed], None],
+    ):
+        self._callback = callback
+        self._targets = {t.site.name: t for t in targets}
+        self._attrs = frozenset(attrs) if attrs is not None else None
+        self._initial = initial
+        self._release = release  # the dispatcher's: drop this feed and its channels
+        self._phase = Phase.PENDING
+        self._synced = False
+        self._versions: VersionSequence[Ref] = VersionSequence()
+        self._finished = Finished(FINISHED_MEMORY)
+        # (site, stream) -> sync position; None: the stream is not readable
+        self._positions: dict[tuple[str, str], str | None] = {}
+        # (site, stream) -> the epoch of the event at its position
+        self._stream_epochs: dict[tuple[str, str], str] = {}
+        self._epochs: dict[str, str | None] = {}  # site -> the epoch followed
+        self._channels: frozenset[ChannelKey] = frozenset()
+        self._waiting: set[ChannelKey] = set()
+        self._ready = threading.Event()
+        self._ended = threading.Event()
+        self._end_lock = threading.Lock()
+        self._on_end: list[Callable[[], object]] = []
+        self.error: JobtapError | None = None
+        self.resyncs = 0
+        self.delivered = 0
+
+    # -- read by anyone ---------------------------------------------------------------------
+    @property
+    def targets(self) -> Mapping[str, Target]:
+        return self._targets
+
+    @property
+    def channels(self) -> frozenset[ChannelKey]:
+        return self._channels
+
+    @property
+    def closed(self) -> bool:
+        return self._phase is Phase.ENDED
+
+    @property
+    def active(self) -> bool:
+        return self._phase is Phase.ACTIVE
+
+    @property
+    def synced(self) -> bool:
+        """True once the first snapshot was taken (later syncs are resyncs)."""
+        return self._synced
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def jobs(self) -> frozenset[str]:
+        """The named jobs whose final change was not delivered yet."""
+        return frozenset(
+            ref.oid
+            for t in self._targets.values()
+            for prefix, ref in t.jobs.items()
+            if prefix not in self._finished
+        )
+
+    def wait_ready(self, timeout: float | None) -> bool:
+        return self._ready.wait(timeout)
+
+    def wait_closed(self, timeout: float | None) -> bool:
+        return self._ended.wait(timeout)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def stop(self) -> bool:
+        """No more callbacks from now on (any thread); False if it had ended already."""
+        if self._phase is Phase.ENDED:
+            return False
+        self._phase = Phase.ENDED
+        return True
+
+    def add_end_callback(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` once the feed has ended (at once if it has)."""
+        with self._end_lock:
+            if not self._ended.is_set():
+                self._on_end.append(fn)
+                return
+        fn()
+
+    def end(self) -> None:
+        """Ended for good (its channels released): wake up whoever waits for it."""
+        self._phase = Phase.ENDED
+        self._ready.set()
+        with self._end_lock:
+            if self._ended.is_set():
+                return
+            self._ended.set()
+            callbacks, self._on_end = self._on_end, []
+        for fn in callbacks:
+            fn()
+
+    def fail(self, error: JobtapError) -> None:
+        """Record why the feed ends (the dispatcher then releases it)."""
+        if self._synced:
+            log.error("jobtap: a subscription ended: %s", error)
+        self.error = error
+
+    # -- channels ----------------------------------------------------------------------------
+    def bind(self, links: Mapping[str, Link]) -> frozenset[ChannelKey]:
+        """Its channels, each on the link to its site's server."""
+        self._channels = frozenset(
+            (links[name], channel)
+            for name, target in self._targets.items()
+            for channel in target.channels()
+        )
+        return self._channels
+
+    def await_channel(self, key: ChannelKey) -> None:
+        """Redis has not confirmed ``key`` yet: no snapshot before it does."""
+        self._waiting.add(key)
+
+    def channel_lost(self, key: ChannelKey) -> None:
+        """The connection of ``key`` dropped: changes may be missed until it is back."""
+        if self._phase is Phase.ACTIVE:
+            self._phase = Phase.SYNCING
+        self._waiting.add(key)
+
+    def channel_confirmed(self, key: ChannelKey) -> bool:
+        """Redis confirmed ``key``; True if that was the last one awaited and the
+        feed must now (re)synchronise."""
+        self._waiting.discard(key)
+        return not self._waiting and self._phase in (Phase.PENDING, Phase.SYNCING)
+
+    # -- the snapshot (first sync) ---------------------------------------------------------------
+    def start_over(self) -> None:
+        """A first sync (again, if one was cut short by a disconnect): forget every version."""
+        self._versions.clear()
+
+    def note_position(
+        self, site: str, stream: str, position: str | None, epoch: str | None = None
+    ) -> None:
+        """Events of ``stream`` up to ``position`` are covered (``None``: unreadable);
+        ``epoch``: that of the event at ``position`` (``None``: no event there)."""
+        self._positions[(site, stream)] = position
+        if epoch is None:
+            self._stream_epochs.pop((site, stream), None)
+        else:
+            self._stream_epochs[(site, stream)] = epoch
+
+    def position(self, site: str, stream: str) -> str | None:
+        return self._positions.get((site, stream), "0-0")
+
+    def stream_epoch(self, site: str, stream: str) -> str | None:
+        return self._stream_epochs.get((site, stream))
+
+    def epoch(self, site: str) -> str | None:
+        """The epoch followed on ``site`` (``None``: not known yet)."""
+        return self._epochs.get(site)
+
+    def settle_epoch(self, site: str) -> None:
+        """Follow the epoch of the newest event the site's streams hold (stream
+        ids of one server grow with time, across streams)."""
+        newest: tuple[tuple[int, int], str] | None = None
+        for (name, stream), epoch in self._stream_epochs.items():
+            position = self._positions.get((name, stream))
+            if name != site or position is None:
+                continue
+            if newest is None or parse_sid(position) > newest[0]:
+                newest = (parse_sid(position), epoch)
+        self._epochs[site] = newest[1] if newest is not None else None
+
+    def new_epoch(self, site: str) -> None:
+        """Redis lost data for ``site`` (a new epoch began, or a stream went back):
+        follow again the finished jobs of listings (named jobs stay finished), so
+        that the new epoch's events of them are caught up with too."""
+        log.warning(
+            "jobtap: site %s: a new epoch began (Redis restarted or lost data); catching up",
+            site,
+        )
+        named = {p for t in self._targets.values() for p in t.jobs}
+        self._finished.keep_only(named)
+
+    def await_again(self, gone: Iterable[tuple[str, Ref]]) -> None:
+        """After a loss, the objects whose record is ``gone`` are not removed: they
+        are awaited at version 1 of the new epoch (the collector writes them again)."""
+        for prefix, ref in gone:
+            self._versions.expect(prefix, 0, ref)
+
+    def snapshot(
+        self, site: str, refs: Iterable[Ref], records: Iterable[dict[str, Any] | None]
+    ) -> list[tuple[Change, str, Ref]]:
+        """Know each listed object at the version of its record; the ``initial``
+        changes to deliver."""
+        target = self._targets[site]
+        initial: list[tuple[Change, str, Ref]] = []
+        for ref, rec in zip(refs, records, strict=True):
+            prefix = object_prefix(site, ref.kind, ref.oid)
+            if prefix in self._versions:
+                continue
+            if rec is None:
+                if prefix in target.jobs:
+                    self._versions.expect(prefix, 0, ref)  # not collected yet: await version 1
+                continue
+            final = bool(rec.get("final"))
+            if final and prefix not in target.jobs:
+                continue  # a finished job of the site listing: nothing will follow
+            epoch = str(rec.get("epoch") or "")
+            self._versions.expect(prefix, int(rec.get("version") or 0), ref, epoch)
+            change = Change.synthesize(INITIAL, ref.kind, site, rec, final=final)
+            initial.append((change, prefix, ref))
+        return initial
+
+    def deliver_snapshot(self, initial: Iterable[tuple[Change, str, Ref]]) -> None:
+        """Go live: deliver the ``initial`` changes (when asked for) and unblock the caller."""
+        self._synced = True
+        self._go_live()
+        for change, prefix, ref in initial:
+            if self._initial:
+                self.deliver(change, prefix, ref)
+            elif change.final:
+                self.finish(prefix, change.epoch)
+        self._ready.set()
+
+    # -- live events -------------------------------------------------------------------------
+    def offer(self, event: Mapping[str, Any], change: Change, prefix: str) -> bool:
+        """A channel event: deliver it if it is the object's next version, drop it if
+        it is old; False if versions were missed (a gap: resynchronise)."""
+        site = event.get("site", "")
+        target = self._targets.get(site)
+        if target is None or not target.wants(event, prefix):
+            return True
+        epoch = change.epoch
+        followed = self._epochs.get(site)
+        if followed is None:
+            self._epochs[site] = epoch  # the streams held nothing yet: follow this one
+        elif epoch != followed:
+            log.info("jobtap: %s is of another epoch than %s: resynchronising", change.id, followed)
+            return False
+        if prefix in self._finished:
+            return True
+        self._stream_epochs[(site, target.stream_of(event))] = epoch
+        step = self._versions.step(prefix, change.version, change.type, epoch)
+        if step is Step.OLD:
+            return True  # already delivered, or covered by the snapshot
+        if step is Step.GAP:
+            log.info(
+                "jobtap: %s arrived after version %s: resynchronising",
+                change.id,
+                self._versions.last(prefix),
+            )
+            return False
+        ref = Ref(target.site.name, change.kind, change.object_id, change.user)
+        self.deliver(change, prefix, ref)
+        return True
+
+    def deliver(self, change: Change, prefix: str, ref: Ref) -> None:
+        """Note the change as processed, run the callback, end the object if final."""
+        if self._phase is Phase.ENDED:
+            return
+        self._versions.advance(prefix, change.version, change.type, ref, change.epoch)
+        if self._wanted_by_attrs(change):
+            self.delivered += 1
+            try:
+                self._callback(change)
+            except Exception:
+                log.exception("jobtap: a subscription callback raised on %s", change.id)
+        if change.final or (change.type == REMOVED and change.kind == JOB):
+            self.finish(prefix, change.epoch)
+
+    def _wanted_by_attrs(self, change: Change) -> bool:
+        if self._attrs is None or change.type != UPDATE:
+            return True  # initial, new, state, final, removed and resync always go out
+        for name in change.changes:
+            if name in self._attrs or name.partition(".")[0] in self._attrs:
+                return True
+        return False
+
+    def finish(self, prefix: str, epoch: str = "") -> None:
+        """Nothing follows for this object (in ``epoch``); the feed ends after its
+        last named job."""
+        self._versions.forget(prefix)
+        self._finished.add(prefix, epoch)
+        targets = self._targets.values()
+        if all(t.only_jobs for t in targets) and all(
+            p in self._finished for t in targets for p in t.jobs
+        ):
+            if self._phase is not Phase.ENDED:
+                self._phase = Phase.ENDED
+                self._release(self)
+
+    # -- catching up after a gap ------------------------------------------------------------
+    def mark_gap(self) -> None:
+        """Changes were missed: hold live events until the feed has caught up."""
+        self._phase = Phase.SYNCING
+
+    def begin_resync(self) -> None:
+        self.resyncs += 1
+        self._phase = Phase.SYNCING
+
+    @property
+    def versions(self) -> VersionSequence[Ref]:
+        """What was delivered per object (read it; only the feed changes it)."""
+        return self._versions
+
+    def finished(self, prefix: str) -> bool:
+        return prefix in self._finished
+
+    def known_refs(self, site: str) -> dict[str, Ref]:
+        """Every object of ``site`` delivered so far (or awaited), by prefix."""
+        return {p: ref for p, ref in self._versions.marks().items() if ref.site == site}
+
+    def verdict(self, entry: Entry) -> bool | None:
+        """For a stream scan: True if processed, False if missed, None if irrelevant."""
+        prefix = entry.prefix
+        if prefix in self._finished:  # a later epoch's events of it are not for us
+            return True if self._finished.epoch(prefix) == entry.epoch else None
+        if prefix in self._versions:
+            return self._versions.processed(prefix, entry.version, entry.epoch)
+        target = self._targets.get(entry.event.get("site", ""))
+        if target is None or not target.wants(entry.event, prefix):
+            return None
+        return False
+
+    def deliver_plan(self, plan: list[Planned]) -> None:
+        """Go live again and deliver what was missed, in stream order."""
+        self._go_live()
+        delivered = 0
+        for item in sorted(plan, key=Planned.order):
+            if self._phase is Phase.ENDED:
+                break
+            if item.prefix in self._finished:
+                continue
+            if item.restart:  # a node or queue that came back: start again from its record
+                self._versions.forget(item.prefix)
+            change = item.change
+            if change.type != RESYNC and (
+                self._versions.step(item.prefix, change.version, change.type, change.epoch)
+                is Step.OLD
+            ):
+                continue
+            self.deliver(change, item.prefix, item.ref)
+            delivered += 1
+        log.debug("jobtap: resync delivered %d change(s)", delivered)
+
+    def _go_live(self) -> None:
+        if self._phase is not Phase.ENDED:  # closed meanwhile: stay closed
+            self._phase = Phase.ACTIVE
+
+
+class Finished:
+    """The objects whose final change was delivered, and the epoch it was of;
+    at most ``maxsize`` (the least recently finished are forgotten first)."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._items: OrderedDict[str, str] = OrderedDict()
+
+    def add(self, prefix: str, epoch: str) -> None:
+        self._items[prefix] = epoch
+        self._items.move_to_end(prefix)
+        if len(self._items) > self.maxsize:
+            self._items.popitem(last=False)
+
+    def epoch(self, prefix: str) -> str | None:
+        return self._items.get(prefix)
+
+    def keep_only(self, prefixes: set[str]) -> None:
+        for prefix in [p for p in self._items if p not in prefixes]:
+            del self._items[prefix]
+
+    def __contains__(self, prefix: object) -> bool:
+        return prefix in self._items
