@@ -1,4 +1,5 @@
 # jobtap: `make demo` runs the whole thing on one machine; `make test` runs the test suite.
+# `make test` also type-checks the SDK (mypy --strict, settings in pyproject.toml).
 # Both set up what they need first (system packages on Debian, .venv with jobtap).
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,15 +13,17 @@ $(VENV)/.installed: pyproject.toml deploy/setup-dev.sh
 	touch $@
 
 test: setup
-	$(BIN)/ruff check collector workers sdk cli acl sim tests bench
+	$(BIN)/ruff check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 demo: setup
 	$(BIN)/jobtap demo
 
 lint: setup
-	$(BIN)/ruff check collector workers sdk cli acl sim tests bench
-	$(BIN)/ruff format --check collector workers sdk cli acl sim tests bench
+	$(BIN)/ruff check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
+	$(BIN)/ruff format --check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python -m bench.cycle --jobs 100000

@@ -20,6 +20,12 @@ character (``* ? [ ] \\``) and no ``:``, and ``%`` is not special in Redis globs
 so a pattern matches that one user's keys and nothing else, whatever the job ids
 or other user names look like.
 
+On a Redis Cluster every change goes to every node, primaries and replicas
+(see :mod:`jobtap.acl.nodes`), and the rules also grant what a cluster client
+needs: ``INFO cluster`` (jobtap asks whether it talks to a cluster), ``CLUSTER
+SLOTS`` (who serves which slot), ``READONLY`` (reading from and subscribing on a
+replica) and ``ASKING`` (following a slot that is being moved).
+
 Every update is one ``ACL SETUSER name reset ...`` carrying the whole rule set,
 so the result is exact (nothing survives from before but the password hashes,
 which are carried over) and idempotent.  Redis keeps live subscribers whose
@@ -39,6 +45,8 @@ from typing import Any
 import redis
 
 from jobtap.keys import SiteKeys, check_site, escape_user
+
+from .nodes import NODE_ERRORS, AclNode, acl_nodes, data_client
 
 WRITER = "writer"
 OPERATOR = "operator"
@@ -68,6 +76,11 @@ USER_COMMANDS = (
     "ssubscribe",
     "sunsubscribe",
 )
+# What a client of a Redis Cluster needs beyond the commands of its work (see
+# the module documentation).  ``info|cluster`` allows ``INFO cluster`` and no
+# other section of INFO.  Harmless on a plain Redis, so granted everywhere: the
+# same users work on both.
+CLUSTER_COMMANDS = ("info|cluster", "cluster|slots", "readonly", "asking")
 # Consumer groups (``client.stream(user=..., group=...)``) change the group's
 # state on the stream: granted on the user's own event stream only, by a selector.
 GROUP_COMMANDS = ("xgroup|create", "xreadgroup", "xack", "xautoclaim")
@@ -97,8 +110,10 @@ WRITER_COMMANDS = (
     "lpush", "rpush", "lpop", "lrange", "llen", "lrem", "lpos", "lmove", "blmove", "blpop",
     # streams
     "xadd", "xtrim", "xrange", "xrevrange", "xread", "xlen",
-    # pub/sub
-    "publish", "subscribe", "unsubscribe",
+    # pub/sub (SPUBLISH: sharded channels on a cluster)
+    "publish", "spublish", "subscribe", "unsubscribe",
+    # a cluster: topology, redirections, and waiting for a replica to have a batch
+    "cluster|slots", "readonly", "asking", "wait",
 )  # fmt: skip
 WRITER_KEYS = ("jobtap:*", "rq:*")
 
@@ -109,13 +124,13 @@ OPERATOR_COMMANDS = (
     "+ping", "+select", "+info", "+client|setname", "+client|getname", "+client|id",
     "+client|info",
     "+subscribe", "+unsubscribe", "+psubscribe", "+punsubscribe", "+ssubscribe",
-    "+sunsubscribe",
+    "+sunsubscribe", "+cluster|slots", "+readonly", "+asking",
 )  # fmt: skip
 OPERATOR_GROUP_KEYS = ("jobtap:*:events",)
 OPERATOR_GROUP_COMMANDS = (*GROUP_COMMANDS, "xgroup|createconsumer", "xclaim")
 
 # ``jobtap poke`` (collector/follow.py): XADD to the poke stream of a site.
-POKER_COMMANDS = ("ping", "select", "xadd")
+POKER_COMMANDS = ("ping", "select", "xadd", *CLUSTER_COMMANDS)
 
 
 class BadUser(ValueError):
@@ -159,14 +174,14 @@ def user_rules(
 
     For user ``alice`` and site ``hpc1``::
 
-        -@all +ping +select +exists +hget ... +sunsubscribe
+        -@all +ping +select +exists +hget ... +sunsubscribe +info|cluster ... +asking
         %R~jobtap:{hpc1}:u:alice:* %R~jobtap:{hpc1}:node:* %R~jobtap:{hpc1}:queue:*
         %R~jobtap:{hpc1}:nodes %R~jobtap:{hpc1}:queues
         &jobtap:{hpc1}:u:alice &jobtap:{hpc1}:nodes
         (~jobtap:{hpc1}:u:alice:events +xgroup|create +xreadgroup +xack +xautoclaim)
     """
     check_user(user, reserved=())
-    rules = ["-@all", *(f"+{c}" for c in USER_COMMANDS)]
+    rules = ["-@all", *(f"+{c}" for c in (*USER_COMMANDS, *CLUSTER_COMMANDS))]
     if setinfo:
         rules.append(f"+{SETINFO}")
     keys: list[str] = []
@@ -311,6 +326,13 @@ def _s(value: Any) -> Any:
 class AclAdmin:
     """ACL operations through a connection with ACL rights (the ``admin`` user).
 
+    On a Redis Cluster, ``r`` is any one node: every change is made on every node
+    (:mod:`jobtap.acl.nodes`), ``r``'s first.  An error on ``r``'s node is raised
+    as on a plain Redis; a node that cannot be reached or refuses is noted in
+    :attr:`failed` (address -> why) and the others carry on: the caller reports
+    it, and a later ``sync`` brings the node up to date (users and password
+    hashes are copied from the first node that has them).
+
     ``sites``: the sites whose keys the cluster users may read; ``groups``: whether
     cluster users get consumer groups on their own event stream.
     """
@@ -319,33 +341,72 @@ class AclAdmin:
         self.r = r
         self.sites = _sites(sites)
         self.groups = groups
-        info = _s(r.info("server"))
-        version = str(info.get("redis_version", "0.0"))
-        major, minor = (int(x) for x in (version.split(".") + ["0"])[:2])
-        self.setinfo = (major, minor) >= (7, 2)
+        self.nodes: list[AclNode] = acl_nodes(r)
+        self.failed: dict[str, str] = {n.address: n.error for n in self.nodes if n.r is None}
+        self.setinfo = all(_version(r) >= (7, 2) for r in self._live())
         me = _s(r.execute_command("ACL", "WHOAMI"))
         self.reserved = RESERVED | {me}
         self.warnings: list[str] = []
 
-    # -- reading ---------------------------------------------------------------------------
-    def get(self, name: str) -> Existing | None:
-        raw = self.r.execute_command("ACL", "GETUSER", name)
+    # -- nodes -------------------------------------------------------------------------------
+    def _live(self) -> list[redis.Redis]:
+        """The nodes to work on: ``r`` first, then those that have not failed."""
+        return [n.r for n in self.nodes if n.r is not None and n.address not in self.failed]
+
+    def _on_every_node(self, *command: Any) -> None:
+        """Run ``command`` on every node; ``r``'s errors propagate, the others'
+        are noted in :attr:`failed`."""
+        for node in self.nodes:
+            if node.r is None or node.address in self.failed:
+                continue
+            if node.r is self.r:
+                node.r.execute_command(*command)
+                continue
+            try:
+                node.r.execute_command(*command)
+            except NODE_ERRORS as exc:
+                self.failed[node.address] = f"{command[0]} {command[1]}: {exc}"
+
+    def _get_on(self, r: redis.Redis, name: str) -> Existing | None:
+        raw = r.execute_command("ACL", "GETUSER", name)
         if not raw:
             return None
         raw = _s(raw)
         return Existing("on" in raw.get("flags", []), list(raw.get("passwords", [])), raw)
 
+    def _each_view(self, name: str) -> list[Existing | None]:
+        """The user as each live node has it (``r``'s first)."""
+        out = []
+        for r in self._live():
+            try:
+                out.append(self._get_on(r, name))
+            except NODE_ERRORS as exc:
+                if r is self.r:
+                    raise
+                self.failed[next(n.address for n in self.nodes if n.r is r)] = str(exc)
+        return out
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, name: str) -> Existing | None:
+        """The user as ``r``'s node has it, else as the first other node that has it."""
+        return next((e for e in self._each_view(name) if e is not None), None)
+
     def users_from_jobs(self) -> set[str]:
         """Every job owner the sites' owner indexes know (live and retained jobs)."""
         users: set[str] = set()
-        for site in self.sites:
-            for _, user in self.r.hscan_iter(SiteKeys(site).owner, count=1000):
-                users.add(_s(user))
+        data = data_client(self.r)
+        try:
+            for site in self.sites:
+                for _, user in data.hscan_iter(SiteKeys(site).owner, count=1000):
+                    users.add(_s(user))
+        finally:
+            if data is not self.r:
+                data.close()
         return users
 
     def default_user_open(self) -> bool:
         """True if the default user is on without a password (anyone gets in)."""
-        d = self.get("default")
+        d = self._get_on(self.r, "default")
         return d is not None and d.enabled and "nopass" in d.raw.get("flags", [])
 
     # -- writing -----------------------------------------------------------------------------
@@ -366,7 +427,8 @@ class AclAdmin:
         """Make ``name`` have exactly ``rules``.  Passwords and on/off are kept
         unless given; a new user without a password is created off.  Returns
         ``("created"|"updated"|"unchanged", args)``."""
-        before = self.get(name)
+        views = self._each_view(name)
+        before = next((e for e in views if e is not None), None)
         if before is not None and name not in SERVICE_USERS and not before.made_for(name):
             raise BadUser(f"Redis user {name!r} was not made by jobtap acl: left alone")
         lost = sorted(before.sites - set(self.sites)) if before else []
@@ -382,11 +444,14 @@ class AclAdmin:
         args = setuser_args(rules, password_hashes=password_hashes, enabled=enabled)
         if dry_run:
             return ("created" if before is None else "updated"), args
-        self.r.execute_command("ACL", "SETUSER", name, *args)
+        self._on_every_node("ACL", "SETUSER", name, *args)
         if before is None:
             return "created", args
-        after = self.get(name)
-        return ("unchanged" if after and after.raw == before.raw else "updated"), args
+        after = self._each_view(name)
+        same = len(after) == len(views) and all(
+            a is not None and b is not None and a.raw == b.raw for a, b in zip(after, views)
+        )
+        return ("unchanged" if same else "updated"), args
 
     def sync(
         self,
@@ -458,16 +523,32 @@ class AclAdmin:
             return False
         if not before.made_for(user):
             raise BadUser(f"Redis user {user!r} was not made by jobtap acl: left alone")
-        return bool(self.r.execute_command("ACL", "DELUSER", user))
+        self._on_every_node("ACL", "DELUSER", user)
+        return True
 
     def save(self) -> str | None:
-        """Write the users to the server's ACL file (``ACL SAVE``); return its path,
-        or None when the server has no ACL file (changes last until a restart)."""
-        conf = _s(self.r.config_get("aclfile"))
-        path = conf.get("aclfile") or ""
-        if not path:
-            return None
-        self.r.execute_command("ACL", "SAVE")
+        """Write the users to each server's ACL file (``ACL SAVE``); return the
+        path of ``r``'s, or None when it has none (changes last until a restart).
+        Another node without an ACL file is a warning."""
+        path = None
+        for node in self.nodes:
+            if node.r is None or node.address in self.failed:
+                continue
+            try:
+                conf = _s(node.r.config_get("aclfile")).get("aclfile") or ""
+                if conf:
+                    node.r.execute_command("ACL", "SAVE")
+            except NODE_ERRORS as exc:
+                if node.r is self.r:
+                    raise
+                self.failed[node.address] = f"ACL SAVE: {exc}"
+                continue
+            if node.r is self.r:
+                path = conf or None
+            elif not conf:
+                self.warnings.append(
+                    f"{node.address} has no aclfile: its users last until it restarts"
+                )
         return path
 
     def listing(self, names: Iterable[str] | None = None) -> list[str]:
@@ -480,6 +561,12 @@ class AclAdmin:
                 continue
             out.append(" ".join("#<hash>" if t.startswith("#") else t for t in line.split(" ")))
         return out
+
+
+def _version(r: redis.Redis) -> tuple[int, int]:
+    version = str(_s(r.info("server")).get("redis_version", "0.0"))
+    major, minor = (int(x) for x in (version.split(".") + ["0"])[:2])
+    return major, minor
 
 
 def _acl_list_name(line: str) -> str:

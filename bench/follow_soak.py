@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
@@ -28,7 +27,6 @@ from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 
 SITE = "soak"
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 
 class SharedSim:
@@ -38,6 +36,7 @@ class SharedSim:
     def __init__(self, backend: SimBackend):
         self.backend = backend
         self.scheduler = backend.scheduler
+        self.cost = backend.cost
         self.lock = threading.Lock()
         self.stat_times: list[float] = []
 
@@ -62,7 +61,7 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=10.0, help="simulated seconds per second")
     ap.add_argument("--jobs", type=int, default=1000)
     args = ap.parse_args()
-    from helpers import check_against_truth, site_events
+    from tests.support.pipeline import check_against_truth, site_events
 
     server = RedisServer().start()
     keys = SiteKeys(SITE)
@@ -88,7 +87,7 @@ def main() -> None:
         shared = SharedSim(SimBackend(seed=7, nodes=max(20, args.jobs // 10), jobs=args.jobs,
                                       tick=0))  # fmt: skip
         sim = shared.backend.simulation
-        col = Collector(shared, r, site=SITE, nodes_every=6)
+        col = Collector(shared, r, site=SITE, nodes_every=6, reconcile_every=0)
         service = CollectorService(col, interval=5.0, follow=True)
         runner = threading.Thread(target=service.run, daemon=True)
         runner.start()

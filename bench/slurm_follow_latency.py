@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import math
 import os
 import random
@@ -44,13 +43,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.slurm_polling import cancel_all, sdiag_counts, sh
+from bench.slurm_polling import cancel_all, sdiag_counts, sh, slurm_held
 
 ROOT = Path(__file__).resolve().parent.parent
-START = ROOT / "deploy" / "slurm" / "start.sh"
 DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Slurm: end of job to SDK callback, follow mode versus polling"
-LOCK = Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock"))
 HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")
 SITE = "slurmfollow"
 JOBTAP = Path(sys.executable).with_name("jobtap")
@@ -129,7 +126,6 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
-    sys.path.insert(0, str(ROOT))
     import jobtap
     from jobtap.cli.localredis import RedisServer
     from jobtap.keys import SiteKeys
@@ -383,12 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         raise SystemExit("--jobs must be at least 1")
 
-    with open(LOCK, "a") as lock:
-        print(f"waiting for the Slurm lock {LOCK} (held while tests use Slurm)...", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise SystemExit(f"Slurm did not start:\n{proc.stdout}{proc.stderr}")
+    with slurm_held():
         if "jobtap-slurmctld-hook.sh" not in sh("scontrol", "show", "config"):
             raise SystemExit("slurm.conf does not name jobtap-slurmctld-hook.sh: see deploy/slurm")
         cancel_all()

@@ -12,7 +12,9 @@
 These commands connect as a user with ACL rights (the ``admin`` of
 deploy/redis/users.acl): ``--redis redis://admin:PASSWORD@host:6379/0`` or
 ``$JOBTAP_ADMIN_REDIS``; never ``$JOBTAP_REDIS``, which holds the writer's URL on a
-service host.  Changes are saved to the server's ACL file (``ACL SAVE``).
+service host.  Changes are saved to the server's ACL file (``ACL SAVE``).  On a
+Redis Cluster, any node's URL will do: sync, grant and revoke change every node,
+primaries and replicas, and name (exit status 1) any node that did not take it.
 """
 
 from __future__ import annotations
@@ -105,15 +107,28 @@ def admin_client(url: str, sites: list[str], groups: bool = True) -> rules.AclAd
 
 
 def saved(admin: rules.AclAdmin) -> None:
+    path = admin.save()
     for warning in admin.warnings:
         click.echo(f"warning: {warning}", err=True)
-    path = admin.save()
     if path is None:
         click.echo(
             "warning: this Redis has no aclfile: the users last until it restarts "
             "(see docs/security.md)",
             err=True,
         )
+
+
+def every_node_took_it(admin: rules.AclAdmin) -> None:
+    """Name each Redis node that did not take the change (ACLs are per node: a
+    replica a subscriber is sent to must know the users too) and exit 1."""
+    if not admin.failed:
+        return
+    for address, why in sorted(admin.failed.items()):
+        click.echo(f"error: Redis node {address} did not take the change: {why}", err=True)
+    raise click.ClickException(
+        f"{len(admin.failed)} of {len(admin.nodes)} Redis nodes did not take the change; "
+        "run `jobtap acl sync` again once they are back"
+    )
 
 
 def read_users_file(path: str) -> list[str]:
@@ -237,6 +252,7 @@ def sync(redis_url, sites, users_file, dry_run, groups, services, secrets_dir, u
         + (f"; {waiting} without a password yet (jobtap acl grant USER)" if waiting else ""),
         err=True,
     )
+    every_node_took_it(admin)
 
 
 @acl.command()
@@ -272,6 +288,7 @@ def grant(redis_url, sites, user, output, url, groups):
     owner = files.owner_of(user)
     whose = f", owner {user}" if owner else ""
     click.echo(f"granted {user} ({outcome}): {path} (mode 0600{whose})")
+    every_node_took_it(admin)
 
 
 @acl.command()
@@ -302,6 +319,7 @@ def revoke(redis_url, sites, user, remove_file, output):
         )
         + (f"; removed {removed}" if removed else "")
     )
+    every_node_took_it(admin)
 
 
 @acl.command()

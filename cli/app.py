@@ -1,7 +1,7 @@
 """The ``jobtap`` command: a click group; each subcommand lives in its own module
 beside what it drives (services: ``collector``, ``worker``; for people:
-``watch``, ``show``, ``wait``, ``export``, ``status``, ``demo``; for admins:
-``acl``).  Every command takes ``--redis URL`` (default ``$JOBTAP_REDIS``, then
+``watch``, ``show``, ``wait``, ``export``, ``status``, ``top``, ``demo``; for admins:
+``acl``, ``doctor``).  Every command takes ``--redis URL`` (default ``$JOBTAP_REDIS``, then
 redis://127.0.0.1:6379/0) and ``--site`` (default ``$JOBTAP_SITE``, then
 ``default``).  Expected failures are one line on stderr and a non-zero exit.
 """
@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from . import acl, demo, jobs, status
+from . import acl, demo, doctor, jobs, status, top
 from .collector import collector
 from .worker import worker
 
@@ -41,6 +41,8 @@ def poke(args):
 main.add_command(collector)
 main.add_command(worker)
 main.add_command(status.status)
+main.add_command(doctor.doctor)
 main.add_command(demo.demo)
+main.add_command(top.top)
 jobs.register(main)
 acl.register(main)

@@ -7,7 +7,16 @@ import sys
 
 import click
 
-from .options import connect, log_options, redis_option, site_option
+from .options import (
+    connect,
+    connect_queues,
+    log_options,
+    metrics_options,
+    queue_redis_option,
+    redis_option,
+    serve_metrics,
+    site_option,
+)
 
 
 # -- collector ----------------------------------------------------------------------------
@@ -25,7 +34,12 @@ from .options import connect, log_options, redis_option, site_option
 @click.option(
     "--interval", type=float, default=5.0, show_default=True, help="Seconds between stats."
 )
-@click.option("--once", is_flag=True, help="Run one cycle and exit (status 1 if it failed).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run one cycle and exit: status 1 if it failed; with --follow on a scheduler "
+    "with an event feed (Flux), 3 if the feed did not start.",
+)
 @click.option("--cycles", type=int, default=None, help="Stop after this many cycles.")
 @click.option(
     "--nodes-every",
@@ -43,16 +57,52 @@ from .options import connect, log_options, redis_option, site_option
     help="A live list that loses more than this fraction of its jobs at once is "
     "believed only where history confirms.",
 )
-@click.option("--queue-redis", default=None, help="Redis URL for the rq queues (default: --redis).")
+@click.option(
+    "--reconcile-every",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds between full stats of every job; in between, each cycle probes what "
+    "changed and stats just those jobs (0: a full stat every cycle).",
+)
+@click.option(
+    "--max-targeted",
+    type=click.IntRange(min=1),
+    default=5000,
+    show_default=True,
+    help="A probe naming more jobs than this makes the cycle a full stat.",
+)
+@queue_redis_option
 @click.option("--prefix", default="", help="Run scheduler commands through this, e.g. 'ssh head1'.")
 @click.option("--stat-timeout", type=float, default=60.0, show_default=True)
 @click.option("--qstat", default="qstat", show_default=True, help="PBS: qstat command.")
 @click.option("--pbsnodes", default="pbsnodes", show_default=True, help="PBS: pbsnodes command.")
+@click.option(
+    "--qselect",
+    default="qselect",
+    show_default=True,
+    help="PBS: qselect command (the probe: jobs whose mtime moved).",
+)
+@click.option(
+    "--probe-overlap",
+    type=click.FloatRange(min=1),
+    default=5.0,
+    show_default=True,
+    help="PBS and Flux: seconds each probe's window reaches back into the last one's "
+    "(whole-second times, the clocks of two hosts).",
+)
 @click.option("--tz", default=None, help="PBS: time zone of the server's clock (default: local).")
 @click.option("--squeue", default="squeue", show_default=True, help="Slurm: squeue command.")
 @click.option("--sinfo", default="sinfo", show_default=True, help="Slurm: sinfo command.")
 @click.option("--sacct", default="sacct", show_default=True, help="Slurm: sacct command.")
 @click.option("--scontrol", default="scontrol", show_default=True, help="Slurm: scontrol command.")
+@click.option(
+    "--slurmrestd",
+    default="slurmrestd",
+    show_default=True,
+    help="Slurm: slurmrestd command, run in inetd mode for the records of a few jobs"
+    " ('' = never: a targeted stat is then one squeue --json).",
+)
 @click.option("--flux", "flux_cmd", default="flux", show_default=True, help="Flux: flux command.")
 @click.option("--sim-seed", type=int, default=1, show_default=True)
 @click.option("--sim-jobs", type=int, default=3000, show_default=True)
@@ -72,6 +122,15 @@ from .options import connect, log_options, redis_option, site_option
     show_default=True,
     help="At most this many poked jobs per targeted refresh.",
 )
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the collector keeps the site's epoch and last cycle, outside Redis"
+    " (default: $STATE_DIRECTORY/SITE under systemd, /var/lib/jobtap/SITE as root,"
+    " else $XDG_STATE_HOME/jobtap/SITE).",
+)
+@metrics_options
 @log_options
 def collector(
     redis_url,
@@ -83,16 +142,21 @@ def collector(
     nodes_every,
     chunk_size,
     shrink_ratio,
+    reconcile_every,
+    max_targeted,
     queue_redis,
     prefix,
     stat_timeout,
     qstat,
     pbsnodes,
+    qselect,
+    probe_overlap,
     tz,
     squeue,
     sinfo,
     sacct,
     scontrol,
+    slurmrestd,
     flux_cmd,
     sim_seed,
     sim_jobs,
@@ -100,12 +164,18 @@ def collector(
     sim_tick,
     follow,
     max_refresh,
+    state_dir,
+    metrics_port,
+    metrics_addr,
     log_format,
     log_level,
 ):
     """Stat the scheduler every INTERVAL seconds and ship what changed."""
+    from pathlib import Path
+
     from jobtap.collector.backends import make_backend
     from jobtap.collector.cycle import Collector
+    from jobtap.collector.hoststate import FILENAME, HostState, default_state_dir
     from jobtap.collector.service import AlreadyRunning, CollectorService
 
     from . import logs
@@ -113,14 +183,23 @@ def collector(
     logs.setup(log_format, log_level)
     command = dict(prefix=shlex.split(prefix), timeout=stat_timeout)
     options = {
-        "pbs": lambda: dict(command, qstat=qstat, pbsnodes=pbsnodes, tz=tz),
-        "slurm": lambda: dict(command, squeue=squeue, sinfo=sinfo, sacct=sacct, scontrol=scontrol),
-        "flux": lambda: dict(command, flux=flux_cmd),
+        "pbs": lambda: dict(
+            command, qstat=qstat, pbsnodes=pbsnodes, qselect=qselect, overlap=probe_overlap, tz=tz
+        ),
+        "slurm": lambda: dict(
+            command,
+            squeue=squeue,
+            sinfo=sinfo,
+            sacct=sacct,
+            scontrol=scontrol,
+            slurmrestd=slurmrestd,
+        ),
+        "flux": lambda: dict(command, flux=flux_cmd, overlap=probe_overlap),
         "sim": lambda: dict(seed=sim_seed, jobs=sim_jobs, nodes=sim_nodes, tick=sim_tick),
     }[backend]()
     be = make_backend(backend, **options)
     data = connect(redis_url)
-    queues = connect(queue_redis, "the queue Redis") if queue_redis else data
+    queues = connect_queues(queue_redis, data)
     col = Collector(
         be,
         data,
@@ -129,9 +208,24 @@ def collector(
         nodes_every=nodes_every,
         chunk_size=chunk_size,
         shrink_ratio=shrink_ratio,
+        reconcile_every=reconcile_every,
+        max_targeted=max_targeted,
     )
+    state = HostState.load(Path(state_dir or default_state_dir(site)) / FILENAME)
+    metrics = None
+    if metrics_port is not None:
+        from jobtap.collector.metrics import CollectorMetrics
+
+        metrics = CollectorMetrics(site)
+        serve_metrics(metrics.registry, metrics_port, metrics_addr)
     service = CollectorService(
-        col, interval=interval, backend_name=backend, follow=follow, max_refresh=max_refresh
+        col,
+        interval=interval,
+        backend_name=backend,
+        follow=follow,
+        max_refresh=max_refresh,
+        state=state,
+        metrics=metrics,
     )
     service.install_signal_handlers()
     try:

@@ -1,4 +1,8 @@
-"""``jobtap demo``: the whole pipeline on one machine, on the simulated cluster."""
+"""``jobtap demo``: the whole pipeline on one machine, on the simulated cluster.
+
+It opens with a short banner of what runs where and what to try, then shows
+``jobtap top`` (the banner stays under the board); in a pipe, where there is no
+screen to hold a board, it prints ``jobtap watch --all`` lines instead."""
 
 from __future__ import annotations
 
@@ -28,11 +32,11 @@ from .options import check_site_option, connect
 @click.option("--nodes", type=int, default=300, show_default=True)
 @click.option("--interval", type=float, default=2.0, show_default=True)
 @click.option("--workers", "n_workers", type=int, default=2, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
+@click.option("--json", "as_json", is_flag=True, help="Print every event as a JSON line.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
 def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
     """Everything on one machine: a local redis-server, the sim backend, the
-    collector, workers and a live `jobtap watch --all`.  Ctrl-C stops it all."""
+    collector, workers and `jobtap top` (q quits).  Ctrl-C stops it all."""
     from .localredis import RedisServer
 
     def interrupted(signum, frame):
@@ -58,12 +62,11 @@ def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
         connect(redis_url)
     logfile = open(workdir / "services.log", "ab")
     env = dict(os.environ, JOBTAP_REDIS=redis_url, JOBTAP_SITE=site)
+    if server is not None:  # our own Redis has no users: no one's credential file applies
+        env["JOBTAP_CREDENTIALS"] = str(workdir / "no-credentials")
+        os.environ["JOBTAP_CREDENTIALS"] = env["JOBTAP_CREDENTIALS"]
     base = [sys.executable, "-m", "jobtap.cli"]
-    click.echo(
-        f"jobtap demo: redis {redis_url}, site {site!r}, {jobs} jobs on {nodes} nodes;"
-        f" service logs in {workdir / 'services.log'}. Ctrl-C stops everything.",
-        err=True,
-    )
+    board = sys.stdin.isatty() and sys.stdout.isatty() and not as_json
     try:
         for _ in range(n_workers):
             procs.append(
@@ -88,6 +91,8 @@ def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
                     str(jobs),
                     "--sim-nodes",
                     str(nodes),
+                    "--state-dir",
+                    str(workdir / "collector"),
                 ],
                 env=env,
                 stdout=logfile,
@@ -95,8 +100,16 @@ def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
                 start_new_session=True,
             )
         )
-        watch_cmd = [*base, "watch", "--all"] + (["--json"] if as_json else [])
-        watcher = subprocess.Popen(watch_cmd, env=env, start_new_session=True)
+        click.echo(f"jobtap demo: starting on {redis_url}, site {site!r}...", err=True)
+        lines = banner(redis_url, site, jobs, nodes, interval, n_workers, workdir, board,
+                       example_job(redis_url, site))  # fmt: skip
+        click.echo("\n".join(lines), err=True)
+        if board:  # in this process group: Ctrl-C reaches it, and it restores the terminal
+            notes = [arg for line in lines for arg in ("--note", line)]
+            watcher = subprocess.Popen([*base, "top", *notes], env=env)
+        else:
+            watch_cmd = [*base, "watch", "--all"] + (["--json"] if as_json else [])
+            watcher = subprocess.Popen(watch_cmd, env=env, start_new_session=True)
         procs.append(watcher)
         deadline = time.monotonic() + duration if duration else None
         while watcher.poll() is None and (deadline is None or time.monotonic() < deadline):
@@ -107,13 +120,54 @@ def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
                     )
             time.sleep(0.2)
     except KeyboardInterrupt:
-        pass
+        if board and procs:
+            try:
+                procs[-1].wait(3)  # the board got the Ctrl-C too: let it restore the terminal
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         _stop_all(procs)
         logfile.close()
         if server is not None:
             server.stop()
         click.echo("jobtap demo: stopped.", err=True)
+
+
+def example_job(redis_url: str, site: str, timeout: float = 20.0) -> tuple[str, str] | None:
+    """A running job of the first cycle ``(id, user)``, to show in the banner."""
+    import jobtap
+
+    deadline = time.monotonic() + timeout
+    with jobtap.Client(redis_url, site=site) as client:
+        while time.monotonic() < deadline:
+            running = client.jobs(state="running")
+            if running:
+                return running[0].id, running[0].user or "-"
+            time.sleep(0.2)
+    return None
+
+
+def banner(
+    url: str, site: str, jobs: int, nodes: int, interval: float, workers: int,
+    workdir: Path, board: bool, example: tuple[str, str] | None,
+) -> list[str]:  # fmt: skip
+    """What runs where, and what to try in another terminal."""
+    from jobtap.keys import SiteKeys
+
+    port = url.rsplit(":", 1)[-1].split("/")[0]
+    jid, user = example or ("JOBID", "USER")
+    key = SiteKeys(site).job(user, jid)
+    return [
+        f"jobtap demo: Redis {url}, site {site!r}: a simulated PBS cluster of {jobs} jobs on"
+        f" {nodes} nodes, a collector cycle every {interval:g} s, {workers} workers;"
+        f" logs in {workdir / 'services.log'}",
+        f"try in another terminal:  export JOBTAP_REDIS={url} JOBTAP_SITE={site}",
+        "  jobtap top                     this board (q quits)",
+        f"  jobtap watch {jid:<17} one job's changes, as they happen",
+        f"  jobtap wait {jid:<18} until it ends; exits with its exit status",
+        f"  redis-cli -p {port} hgetall '{key}'",
+        ("q" if board else "Ctrl-C") + " stops everything.",
+    ]
 
 
 def _stop_all(procs: list[subprocess.Popen], timeout: float = 10.0) -> None:

@@ -4,9 +4,11 @@ These commands use the public SDK only (``jobtap.Client``), like any in-house to
 Expected failures (Redis unreachable, unknown job, bad credential file) are one
 line on stderr and a non-zero exit status.
 
-- ``jobtap watch [JOBID...] [--user U] [--all] [--nodes] [--json]``: one line per
-  change (time, type, job id, user, state transition or changed attributes), or
-  the event JSON.  With job ids it ends after their final changes; ``--all``
+- ``jobtap watch [JOBID...] [--user U] [--all] [--nodes] [--updates] [--json]``:
+  one aligned line per change (time, site, job, user, type, old → new state,
+  reason; coloured on a terminal, plain when piped): new jobs, state changes and
+  finals, plus attribute-only updates with ``--updates``; or every event's JSON
+  with ``--json``.  With job ids it ends after their final changes; ``--all``
   watches every job of the site (operators); with neither, the user's own jobs.
 - ``jobtap show JOBID [--json]``: the cached record.
 - ``jobtap wait JOBID [--timeout S] [--state S]``: exits with the job's exit
@@ -30,8 +32,8 @@ import click
 import orjson
 
 import jobtap
-from jobtap.events import FINAL, REMOVED, STATE, UPDATE
-from jobtap.records import RESYNC
+
+from .changes import LineFormatter, use_colour, wanted
 
 TIMEOUT_STATUS = 124  # like timeout(1)
 
@@ -100,36 +102,6 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def describe(change: jobtap.Change) -> str:
-    """One readable line for a change."""
-    ev = change.event
-    when = ev.get("observed_at") or "-"
-    rec = ev.get("record") or {}
-    kind = change.kind
-    what = change.object_id if kind == "job" else f"{kind}:{change.object_id}"
-    who = change.user or "-"
-    state = rec.get("state") or "-"
-    changes = change.changes
-    if change.type in (STATE, FINAL) and "state" in changes:
-        old, new = changes["state"]
-        detail = f"{old} -> {new}"
-    elif change.type == UPDATE:
-        detail = ", ".join(sorted(changes)) or "-"
-    elif change.type == REMOVED:
-        detail = "removed"
-    else:
-        detail = state
-    if change.type == RESYNC:
-        detail += " (resync: changes missed)"
-    if change.final and kind == "job":
-        exit_status = rec.get("exit_status")
-        if exit_status is not None:
-            detail += f" (exit {exit_status})"
-        if rec.get("reason"):
-            detail += f" ({rec['reason']})"
-    return f"{when} {change.type:<7} {what} {who} {detail}"
-
-
 def shell_status(job: jobtap.Job | None) -> int:
     """The exit status a shell would show for the job: its exit status if 0-255;
     PBS's 256+N (killed by signal N) as 128+N; 1 for other failures."""
@@ -151,9 +123,19 @@ def shell_status(job: jobtap.Job | None) -> int:
 @click.option("--user", "-u", default=None, help="Watch every job of this user.")
 @click.option("--all", "all_jobs", is_flag=True, help="Watch every job of the site (operators).")
 @click.option("--nodes", is_flag=True, help="Also node and queue changes.")
-@click.option("--json", "as_json", is_flag=True, help="Print each event as JSON.")
+@click.option(
+    "--updates",
+    is_flag=True,
+    help="Also attribute-only changes (usage, comment...), naming the normalised fields.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print every event as JSON (for scripts).")
 @click.option("--no-initial", is_flag=True, help="Do not print the current records first.")
-@click.option("--attr", "attrs", multiple=True, help="Only updates of this attribute (repeat).")
+@click.option(
+    "--attr",
+    "attrs",
+    multiple=True,
+    help="Updates of this attribute only (repeat; implies --updates).",
+)
 @click.option("--count", type=int, default=None, help="Exit after this many lines.")
 @click.option("--timeout", type=float, default=None, help="Exit after this many seconds.")
 @with_client
@@ -163,16 +145,19 @@ def watch(
     user: str | None,
     all_jobs: bool,
     nodes: bool,
+    updates: bool,
     as_json: bool,
     no_initial: bool,
     attrs: tuple[str, ...],
     count: int | None,
     timeout: float | None,
 ) -> None:
-    """Print job changes as they happen.
+    """Print job changes as they happen: new jobs, state changes, finals.
 
     With JOBIDs, ends after their final changes.  Without JOBIDs: --user U for a
-    user's jobs, --all for every job of the site, else your own jobs."""
+    user's jobs, --all for every job of the site, else your own jobs.  Columns:
+    time, site, job, user, type, old -> new state, reason (exit status, the
+    scheduler's reason, or the fields an update changed)."""
     if all_jobs and (job_ids or user):
         raise click.UsageError("--all watches every job: give no JOBID and no --user")
     changes: queue.SimpleQueue[jobtap.Change] = queue.SimpleQueue()
@@ -189,6 +174,10 @@ def watch(
         initial=not no_initial,
     )
     out = sys.stdout
+    updates = updates or bool(attrs)
+    lines = LineFormatter(out)
+    if not as_json and use_colour(out):
+        out.write(lines.header() + "\n")
     deadline = None if timeout is None else time.monotonic() + timeout
     printed = 0
     try:
@@ -201,7 +190,12 @@ def watch(
                 if sub.closed:
                     break  # every watched job finished
                 continue
-            line = change.json.decode() if as_json else describe(change)
+            if as_json:
+                line = change.json.decode()
+            elif wanted(change, updates):
+                line = lines.line(change)
+            else:
+                continue
             out.write(line + "\n")
             out.flush()
             printed += 1
@@ -340,4 +334,4 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
-__all__ = ["describe", "register", "shell_status"]
+__all__ = ["register", "shell_status"]

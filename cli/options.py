@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
-from jobtap.connection import safe_url
+from jobtap.connection import AnyRedis, open_redis, safe_url
+from jobtap.errors import JobtapError
 from jobtap.keys import BadName, check_site
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -19,6 +22,16 @@ def redis_option(f):
         default=DEFAULT_REDIS,
         show_default=True,
         help="Redis URL of the site's data (env JOBTAP_REDIS).",
+    )(f)
+
+
+def queue_redis_option(f):
+    return click.option(
+        "--queue-redis",
+        envvar="JOBTAP_QUEUE_REDIS",
+        default=None,
+        help="Redis URL of the rq queues (env JOBTAP_QUEUE_REDIS; default: --redis).  A plain "
+        "Redis: required when --redis is a Redis Cluster, which rq cannot use.",
     )(f)
 
 
@@ -52,11 +65,79 @@ def log_options(f):
     return f
 
 
-def connect(url: str, what: str = "Redis") -> redis.Redis:
-    """A client that answers PING, or a one-line ClickException."""
+def sites_option(f):
+    """``--site A --site B`` (env JOBTAP_SITE, names separated by spaces)."""
+    return click.option(
+        "--site",
+        "sites",
+        multiple=True,
+        envvar="JOBTAP_SITE",
+        callback=check_sites_option,
+        help="Site name; repeat for several (env JOBTAP_SITE, space-separated). Default: default.",
+    )(f)
+
+
+def check_sites_option(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> list[str]:
     try:
-        r = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+        return list(dict.fromkeys(check_site(v) for v in value))
+    except BadName as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def connect(url: str, what: str = "Redis") -> AnyRedis:
+    """A client that answers PING (redis-py's cluster client if ``url`` is a node
+    of a Redis Cluster), or a one-line ClickException."""
+    try:
+        r = open_redis(url, socket_connect_timeout=5, health_check_interval=30)
         r.ping()
-    except (redis.RedisError, ValueError) as exc:
+    except (redis.RedisError, RedisClusterException, JobtapError, ValueError) as exc:
         raise click.ClickException(f"cannot reach {what} at {safe_url(url)}: {exc}") from exc
     return r
+
+
+def connect_queues(url: str | None, data: AnyRedis) -> redis.Redis:
+    """The Redis of the rq queues: ``url``, else the data's.  rq has no cluster
+    support, so it must be a plain Redis (``--queue-redis`` beside a cluster)."""
+    if url is None:
+        if isinstance(data, RedisCluster):
+            raise click.ClickException(
+                "the data Redis is a Redis Cluster, and rq needs a plain Redis for its "
+                "queues: give --queue-redis URL"
+            )
+        return data
+    queues = connect(url, "the queue Redis")
+    if isinstance(queues, RedisCluster):
+        queues.close()
+        raise click.ClickException(
+            f"the queue Redis at {safe_url(url)} is a Redis Cluster: rq needs a plain Redis"
+        )
+    return queues
+
+
+def metrics_options(f):
+    f = click.option(
+        "--metrics-addr",
+        default="127.0.0.1",
+        show_default=True,
+        help="Address the metrics endpoint listens on (0.0.0.0: every interface).",
+    )(f)
+    f = click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=None,
+        help="Serve Prometheus metrics on this port at /metrics (default: off).",
+    )(f)
+    return f
+
+
+def serve_metrics(registry, port: int, addr: str) -> None:
+    """Serve a Prometheus registry on ``addr:port`` from a daemon thread, or a
+    one-line error if the port cannot be had."""
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {addr}:{port}: {exc}") from exc

@@ -6,7 +6,9 @@ delay between a job's end and the user's callback: importing redis-py alone
 takes about 0.2 s here.  So this module speaks the few lines of the Redis
 protocol it needs over a plain socket and imports only the standard library
 (and ``jobtap.keys``, which does the same).  TLS URLs (``rediss://``) go through
-redis-py instead.
+redis-py instead.  On a Redis Cluster, any node's URL will do: a node that does
+not hold the site's slot answers MOVED (or ASK while the slot moves), and the
+poke follows it to the node that does.
 
 It never fails the hook that runs it: if Redis is away the poke is lost, a
 one-line message goes to stderr, the exit status is 0 (unless ``--strict``),
@@ -19,7 +21,7 @@ import argparse
 import os
 import socket
 import sys
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from jobtap.keys import POKES_MAXLEN, BadName, SiteKeys
 
@@ -82,26 +84,62 @@ def connect(url: str, timeout: float) -> tuple[socket.socket, list[bytes]]:
     return sock, setup
 
 
+MAX_REDIRECTS = 3
+
+
+def redirection(message: str) -> tuple[str, str, int] | None:
+    """``(MOVED|ASK, host, port)`` from a Redis Cluster's redirection, else None."""
+    kind, _, rest = message.partition(" ")
+    if kind not in ("MOVED", "ASK"):
+        return None
+    where = rest.partition(" ")[2]
+    host, _, port = where.rpartition(":")
+    if not port.isdigit():
+        return None
+    return kind, host or "127.0.0.1", int(port)
+
+
+def elsewhere(url: str, host: str, port: int) -> str:
+    """``url`` with another host and port (same user and password)."""
+    parts = urlsplit(url)
+    login = parts.netloc.rpartition("@")[0]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return urlunsplit(parts._replace(netloc=f"{login}@{where}" if login else where))
+
+
 def poke(url: str, site: str, job_ids: list[str], *, timeout: float = 2.0) -> bytes:
     """Append one poke naming ``job_ids`` to the site's poke stream; return its id."""
     key = SiteKeys(site).pokes
     xadd = encode("XADD", key, "MAXLEN", "~", POKES_MAXLEN, "*",
                   "ids", " ".join(job_ids), "source", socket.gethostname())  # fmt: skip
     if url.startswith("rediss://"):  # TLS: let redis-py do it
-        import redis
-
         from jobtap.collector.follow import poke as poke_with_client
+        from jobtap.connection import open_redis
 
-        r = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        r = open_redis(url, socket_connect_timeout=timeout, socket_timeout=timeout)
         return poke_with_client(r, SiteKeys(site), job_ids).encode()
-    sock, setup = connect(url, timeout)
-    with sock, sock.makefile("rb") as replies:
-        sock.sendall(b"".join(setup) + xadd)
-        for _ in setup:
-            read_reply(replies)
-        entry = read_reply(replies)
-    assert isinstance(entry, bytes)
-    return entry
+    asking = False
+    for _ in range(MAX_REDIRECTS + 1):
+        sock, setup = connect(url, timeout)
+        if asking:
+            setup.append(encode("ASKING"))
+        try:
+            with sock, sock.makefile("rb") as replies:
+                for command in setup:  # AUTH answered first: never an XADD as the default user
+                    sock.sendall(command)
+                    read_reply(replies)
+                sock.sendall(xadd)
+                entry = read_reply(replies)
+        except PokeError as exc:
+            hop = redirection(str(exc))
+            if hop is None:
+                raise
+            kind, host, port = hop
+            url, asking = elsewhere(url, host, port), kind == "ASK"
+            continue
+        assert isinstance(entry, bytes)
+        return entry
+    raise PokeError(f"more than {MAX_REDIRECTS} cluster redirections")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,23 +7,26 @@ import click
 from jobtap.connection import safe_url
 from jobtap.keys import SiteKeys
 from jobtap.workers.chunk import PRIORITIES
+from jobtap.workers.epoch import CAUSES
 
-from .options import connect, redis_option, site_option
+from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
 
 
 # -- status ----------------------------------------------------------------------------------
 @click.command()
 @redis_option
 @site_option
-@click.option("--queue-redis", default=None)
+@queue_redis_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(redis_url, site, queue_redis, as_json):
-    """Site health: the collector's last cycle, errors, queue backlogs, stream sizes."""
+    """Site health: the collector's last cycle, failures by cause, follow mode, what the
+    workers applied and their lag, queue backlogs, stream sizes (the facts the
+    services also export to Prometheus with --metrics-port)."""
     import orjson
     from rq import Queue
 
     r = connect(redis_url)
-    q = connect(queue_redis, "the queue Redis") if queue_redis else r
+    q = connect_queues(queue_redis, r)
     keys = SiteKeys(site)
     meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
     if not meta:
@@ -54,6 +57,9 @@ def status(redis_url, site, queue_redis, as_json):
         f"  last cycle   {meta.get('last_cycle', '-')} at {meta.get('last_cycle_at', '-')}"
         f" took {meta.get('last_duration_s', '-')}s"
     )
+    for line in tier_lines(meta):
+        click.echo(line)
+    click.echo(f"  epoch        {_epoch_line(meta)}")
     click.echo(
         f"  jobs         {meta.get('count_jobs', '-')} live, {info['jobs_known']} known"
         f"; nodes {meta.get('count_nodes', '-')}; queues {meta.get('count_queues', '-')}"
@@ -62,6 +68,14 @@ def status(redis_url, site, queue_redis, as_json):
         f"  cycles       {meta.get('cycles_ok', 0)} ok, {meta.get('cycles_failed', 0)} failed"
         f", {meta.get('consecutive_failures', 0)} failing now"
     )
+    click.echo(
+        f"  last stat    {meta.get('count_changed', 0)} changed, "
+        f"{meta.get('count_vanished', 0)} vanished; {meta.get('chunks_shipped', 0)} chunks "
+        f"shipped in all; epoch {meta.get('epoch', '-')}"
+    )
+    failures = _prefixed(meta, "failures_")
+    if failures:
+        click.echo("  failures     " + ", ".join(f"{n} {c}" for c, n in failures.items()))
     if meta.get("last_error"):
         click.echo(f"  last error   {meta['last_error']} (at {meta.get('last_error_at', '?')})")
     if meta.get("last_warning"):
@@ -70,6 +84,106 @@ def status(redis_url, site, queue_redis, as_json):
         click.echo(
             f"  bad records  {meta.get('bad_records', '?')} (last: {meta['last_bad'][:200]})"
         )
+    if "pokes_received" in meta or "feed_restarts" in meta:
+        click.echo(
+            f"  follow       {meta.get('pokes_received', 0)} pokes, "
+            f"{meta.get('pokes_coalesced', 0)} coalesced, {meta.get('pokes_dropped', 0)} dropped"
+            f"; {meta.get('poked_jobs_refreshed', 0)} jobs refreshed"
+            f"; feed restarts {meta.get('feed_restarts', 0)}"
+        )
+    feed_line(meta)
+    events = _prefixed(meta, "events_")
+    if "applied_chunks" in meta:
+        click.echo(
+            f"  workers      {meta['applied_chunks']} chunks, "
+            f"{meta.get('applied_objects', 0)} objects applied; "
+            f"{meta.get('version_conflicts', 0)} version conflicts"
+        )
+        click.echo("  events       " + (", ".join(f"{n} {t}" for t, n in events.items()) or "none"))
+        click.echo(
+            f"  lag          {meta.get('last_publish_lag_s', '-')}s from observation to publish"
+            f" (last chunk, at {meta.get('last_applied_at', '-')})"
+        )
     for name, qi in info["queues"].items():
         click.echo(f"  queue        {name}: {qi['waiting']} waiting, {qi['failed']} failed")
     click.echo(f"  site stream  {info['streams']['events']} events")
+
+
+def tier_lines(meta: dict[str, str]) -> list[str]:
+    """Which tier each cycle runs and what it costs: the probe and the full
+    reconciliation, each with its last run (time, commands, bytes printed,
+    jobs stat'ed) and how many cycles of it went through."""
+    from jobtap.collector.plan import PROBE, RECONCILE
+
+    every = {
+        PROBE: f"every {meta.get('interval', '?')}s",
+        RECONCILE: f"every {meta.get('reconcile_every', '?')}s",
+    }
+    if meta.get("probing") == "0":
+        every[RECONCILE] = "every cycle (no probe)"
+    lines = []
+    label = "  tiers       "
+    tiers = (PROBE, RECONCILE) if meta.get("probing") == "1" else (RECONCILE,)
+    for tier in tiers:
+        p = f"{tier}_last"
+        last = "never ran"
+        if f"{p}_at" in meta:
+            last = (
+                f"last {meta[f'{p}_s']}s, {meta[f'{p}_commands']} commands,"
+                f" {_size(meta[f'{p}_bytes'])}, {meta[f'{p}_jobs']} jobs stat'ed"
+                f" at {meta[f'{p}_at']}"
+            )
+        marker = "*" if meta.get("last_tier") == tier else " "
+        lines.append(
+            f"{label}{marker}{tier:<9} {every[tier]}: {last}"
+            f" ({meta.get(f'cycles_{tier}', 0)} cycles)"
+        )
+        label = "              "
+    return lines
+
+
+def _size(value: str) -> str:
+    n = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def _epoch_line(meta: dict[str, str]) -> str:
+    """The epoch event ids carry, since when, and why it began."""
+    epoch = meta.get("epoch")
+    if not epoch:
+        return "- (nothing written yet)"
+    since = meta.get("epoch_began_at", "?")
+    cause = CAUSES.get(meta.get("epoch_cause", ""), "")
+    line = f"{epoch} since {since}"
+    if cause:
+        line += f": {cause}"
+    if meta.get("epoch_previous"):
+        line += f" (previous {meta['epoch_previous']})"
+    return line
+
+
+def _prefixed(meta: dict[str, str], prefix: str) -> dict[str, str]:
+    """``{rest: value}`` of the meta fields named ``prefix + rest``, sorted."""
+    return {k[len(prefix) :]: v for k, v in sorted(meta.items()) if k.startswith(prefix)}
+
+
+def feed_line(meta: dict[str, str]) -> None:
+    """The event feed's health (Flux's journal reader), red when it keeps failing."""
+    feed = meta.get("feed_status")
+    if not meta.get("feed") or feed is None:
+        return
+    colour = {"up": "green", "failing": "red", "stopped": None}.get(feed, "yellow")
+    line = (
+        f"  feed         {meta['feed']} "
+        + click.style(feed, fg=colour, bold=feed == "failing")
+        + f", {meta.get('feed_restarts', 0)} restarts"
+    )
+    if feed == "up" and meta.get("feed_up_since"):
+        line += f", up since {meta['feed_up_since']}"
+    if feed != "up" and meta.get("feed_last_error"):
+        line += f"; last error: {meta['feed_last_error'][:200]}"
+    click.echo(line)

@@ -1,18 +1,33 @@
-"""``jobtap worker``: applies the collector's chunks (as many as you like, on any host)."""
+"""``jobtap worker``: applies the collector's chunks (as many as you like, on any
+host), of one site, several (``--site A --site B``) or all (``--all-sites``)."""
 
 from __future__ import annotations
 
 import click
 import redis
 
-from .options import connect, log_options, redis_option, site_option
+from .options import (
+    connect,
+    connect_queues,
+    log_options,
+    metrics_options,
+    queue_redis_option,
+    redis_option,
+    serve_metrics,
+    sites_option,
+)
 
 
 # -- worker ---------------------------------------------------------------------------------
 @click.command()
 @redis_option
-@site_option
-@click.option("--queue-redis", default=None, help="Redis URL of the rq queues (default: --redis).")
+@sites_option
+@click.option(
+    "--all-sites",
+    is_flag=True,
+    help="Serve every site with queues on the queue Redis, and sites that appear later.",
+)
+@queue_redis_option
 @click.option("--burst", is_flag=True, help="Drain the queues and exit.")
 @click.option(
     "--retention",
@@ -42,16 +57,20 @@ from .options import connect, log_options, redis_option, site_option
     show_default=True,
     help="Seconds events are kept in the streams (0: no age limit).",
 )
+@metrics_options
 @log_options
 def worker(
     redis_url,
-    site,
+    sites,
+    all_sites,
     queue_redis,
     burst,
     retention,
     site_maxlen,
     user_maxlen,
     max_age,
+    metrics_port,
+    metrics_addr,
     log_format,
     log_level,
 ):
@@ -61,13 +80,22 @@ def worker(
 
     from . import logs
 
+    if all_sites and sites:
+        raise click.UsageError("--all-sites serves every site: do not also give --site")
     logs.setup(log_format, log_level)
     data = connect(redis_url)
-    queues = connect(queue_redis, "the queue Redis") if queue_redis else data
+    queues = connect_queues(queue_redis, data)
     settings = Settings(
         retention=retention, site_maxlen=site_maxlen, user_maxlen=user_maxlen, max_age=max_age
     )
+    served = None if all_sites else sites or ["default"]
+    metrics = None
+    if metrics_port is not None:
+        from jobtap.workers.metrics import WorkerMetrics
+
+        metrics = WorkerMetrics()
+        serve_metrics(metrics.registry, metrics_port, metrics_addr)
     try:
-        run_worker(queues, data, site, burst=burst, settings=settings)
+        run_worker(queues, data, served, burst=burst, settings=settings, metrics=metrics)
     except redis.ConnectionError as exc:
         raise click.ClickException(f"lost Redis: {exc}") from exc

@@ -5,9 +5,16 @@
   ``meta`` hash and backs off exponentially up to ``max_backoff``;
 - one collector per site: a lock key names the holder (host and pid); a dead
   holder on this host is taken over at once, elsewhere when its lock expires;
-- if Redis comes back empty (restarted without persistence) the collector
-  notices (the ``epoch`` in ``meta`` is gone) and ships everything again;
+- before every cycle it makes sure of the site's epoch (``workers/epoch.py``);
+  when a new one began (Redis came back empty, restarted, failed over, or went
+  back to an older snapshot, which only the collector's own last cycle, kept on
+  its host, can show), it reloads what Redis holds and ships every difference
+  again, including the finals of jobs that ended meanwhile;
 - SIGTERM/SIGINT end the loop after the cycle in hand.
+
+After every cycle the health written to ``meta`` is also published on the
+site's health channel (``jobtap top`` shows it without polling), and counted in
+Prometheus series when ``metrics`` is given (collector/metrics.py).
 """
 
 from __future__ import annotations
@@ -21,16 +28,30 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+import orjson
 import redis
 
-from jobtap.schema import EXITING, JOB
+from jobtap.connection import publish_command
+from jobtap.schema import EXITING, JOB, TERMINAL
+from jobtap.workers.epoch import CAUSES, EpochGuard
 
-from .backends.base import EventFeed
+from . import plan
+from .backends.base import EventFeed, RecordsAtHand
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
+from .hoststate import HostState
+from .metrics import FULL, PROBE, REFRESH, CollectorMetrics, failure_cause
 
 log = logging.getLogger("jobtap.collector")
+# The plan's tiers as the metrics name them ("full": a full stat of every job).
+METRICS_TIER = {plan.RECONCILE: FULL, plan.PROBE: PROBE}
 HOST = socket.gethostname()
+
+
+# Exit status of a run whose cycles went well but whose event feed never came up.
+FEED_FAILED = 3
+FEED_FIELDS = ("feed", "feed_status", "feed_restarts", "feed_failures", "feed_last_error",
+               "feed_last_error_at", "feed_up_since")  # fmt: skip
 
 
 class AlreadyRunning(RuntimeError):
@@ -53,9 +74,12 @@ class CollectorService:
         follow: bool = False,
         max_refresh: int = 1000,
         refresh_gap: float = 0.05,
+        state: HostState | None = None,
+        metrics: CollectorMetrics | None = None,
     ):
         self.collector = collector
         self.redis = collector.redis
+        self.publish = publish_command(self.redis)  # SPUBLISH on a Redis Cluster
         self.keys = collector.keys
         self.interval = interval
         self.max_backoff = max_backoff
@@ -65,7 +89,10 @@ class CollectorService:
         self.backend_name = backend_name
         self.stop_event = threading.Event()
         self.failures = 0
-        self.epoch: str | None = None
+        self.state = state or HostState()
+        self.epoch: str | None = self.state.epoch  # the epoch this collector wrote in
+        collector.last_cycle = max(collector.last_cycle, self.state.cycle)
+        self.guard = EpochGuard(self.redis)
         self.follow = follow
         self.max_refresh = max_refresh
         self.refresh_gap = refresh_gap
@@ -74,6 +101,12 @@ class CollectorService:
         self.rechecks: dict[str, tuple[float, int]] = {}  # job -> (due, tries)
         self.recheck_delay = 0.5
         self.max_rechecks = 5
+        self.ended_step = 0.1  # re-checks of jobs poked as ended: 0.1, 0.2, ... 0.5, 0.5 s
+        self.max_ended_rechecks = 20
+        self.feed_wait = 10.0
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.start(interval, collector.shipper.queues)
 
     # -- lifecycle -------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -90,6 +123,8 @@ class CollectorService:
             return
         current = self.redis.get(self.lock_key)
         current = current.decode() if current else ""
+        if current == self.holder:  # ours already (cycles were run before the loop)
+            return
         host, _, rest = current.partition(" ")
         pid = rest.split(" ")[0] if rest else ""
         if host == HOST and pid.isdigit() and not _alive(int(pid)):
@@ -118,12 +153,17 @@ class CollectorService:
     def run(self, *, max_cycles: int | None = None) -> int:
         """Run cycles until stopped (or ``max_cycles``); return an exit status:
         0 if the last cycle succeeded, 1 if it failed.  In follow mode, pokes
-        are served between full cycles."""
+        are served between full cycles; with ``max_cycles`` and an event feed,
+        the feed's first run is waited for (``feed_wait`` seconds at most) and
+        a feed that did not come up makes the status :data:`FEED_FAILED` (a
+        feed that can never start must not pass for a quiet one)."""
         self.acquire_lock()
         self.write_meta_start()
+        self.redis.hdel(self.keys.meta, *FEED_FIELDS)  # an earlier run's
         if self.follow:
             self.start_follow()
         ok = False
+        feed_up = True
         n = 0
         try:
             while not self.stop_event.is_set():
@@ -134,22 +174,34 @@ class CollectorService:
                     break
                 delay = self.interval if ok else self.backoff()
                 self.wait_serving_pokes(started + delay)
+            if self.feed is not None and max_cycles is not None:
+                feed_up = self.feed.wait_started(self.feed_wait)
         finally:
             if self.feed is not None:
                 self.feed.stop()
+                self.feed.join(timeout=5)
             self.release_lock()
             try:
                 self.redis.hset(self.keys.meta, mapping={"status": "stopped", "stopped_at": _now()})
             except redis.RedisError:
                 pass
-        return 0 if ok else 1
+        if not ok:
+            return 1
+        return 0 if feed_up else FEED_FAILED
 
     def start_follow(self) -> None:
         self.pokes = PokeReader(self.redis, self.keys)
         backend = self.collector.backend
+        feed = ""
         if isinstance(backend, EventFeed):
             self.feed = FeedThread(backend, self.redis, self.keys)
             self.feed.start()
+            feed = f"{getattr(backend, 'scheduler', 'scheduler')} event feed"
+        self.redis.hset(self.keys.meta, mapping={"follow": 1, "feed": feed})
+        if self.metrics is not None:
+            self.metrics.watch_pokes(self.pokes)
+            if self.feed is not None:
+                self.metrics.watch_feed(self.feed)
         log.info("follow mode: serving pokes from %s", self.keys.pokes)
 
     def wait_serving_pokes(self, deadline: float) -> None:
@@ -164,7 +216,8 @@ class CollectorService:
                 return
             wait = min(left, 1.0, max(0.001, self.next_recheck() - time.monotonic()))
             try:
-                self.pokes.read(block_ms=max(1, int(wait * 1000)))
+                if self.pokes.read(block_ms=max(1, int(wait * 1000))):
+                    self.note_pokes_read()
             except redis.RedisError as exc:
                 log.warning("poke stream: %s", exc)
                 self.stop_event.wait(min(left, 1.0))
@@ -173,6 +226,17 @@ class CollectorService:
             if self.pokes.pending:
                 self.serve_pokes()
                 self.stop_event.wait(self.refresh_gap)  # bounds refreshes per second
+
+    def note_pokes_read(self) -> None:
+        """Say in ``meta`` how far the poke stream has been read (and which
+        probes of ``jobtap doctor`` were seen): the proof pokes are consumed."""
+        assert self.pokes is not None
+        fields: dict[str, str] = {"pokes_read": self.pokes.last_id}
+        if self.pokes.probes:
+            fields["probe_seen"] = self.pokes.probes[-1]
+            fields["probe_seen_at"] = _now()
+            self.pokes.probes.clear()
+        self.redis.hset(self.keys.meta, mapping=fields)
 
     def next_recheck(self) -> float:
         return min((due for due, _ in self.rechecks.values()), default=float("inf"))
@@ -187,34 +251,68 @@ class CollectorService:
     def plan_rechecks(self, ids: list[str]) -> None:
         """A poked job found still exiting (Slurm's epilog runs while the job is
         COMPLETING, PBS's jobobit while it is E) is looked at again shortly, a
-        few times, so its final does not wait for the next full stat."""
+        few times, so its final does not wait for the next full stat.  So is a
+        job poked as ``ended`` (by a PBS MoM's epilogue, before the server
+        knows) that the server still shows alive, only more often: the
+        server's own end-of-job path takes a few hundred milliseconds, and
+        every step of ``ended_step`` seconds waited is latency."""
         seen = self.collector.tracker.of(JOB) if self.collector.tracker else {}
+        ended = self.pokes.ended if self.pokes is not None else set()
         now = time.monotonic()
         for jid in ids:
             entry = seen.get(jid)
             tries = self.rechecks.pop(jid, (0.0, 0))[1]
-            if entry is not None and entry.state == EXITING and tries < self.max_rechecks:
+            if entry is None or entry.state in TERMINAL:
+                ended.discard(jid)
+                continue
+            if jid in ended and tries < self.max_ended_rechecks:
+                step = min(self.recheck_delay, self.ended_step * (tries + 1))
+                self.rechecks[jid] = (now + step, tries + 1)
+            elif entry.state == EXITING and tries < self.max_rechecks:
                 self.rechecks[jid] = (now + self.recheck_delay * (tries + 1), tries + 1)
+            else:
+                ended.discard(jid)
 
     def serve_pokes(self) -> bool:
-        """Refresh up to ``max_refresh`` poked jobs now."""
+        """Refresh up to ``max_refresh`` poked jobs now: first those whose record
+        the backend has at hand (Flux: built from the journal), so that their
+        changes never wait for the scheduler's answer about the others."""
         assert self.pokes is not None
         ids = self.pokes.take(self.max_refresh)
+        backend = self.collector.backend
+        if isinstance(backend, RecordsAtHand):
+            quick = backend.at_hand(ids)
+            if quick and len(quick) < len(ids):
+                rest = [j for j in ids if j not in set(quick)]
+                return self.refresh_now(quick) & self.refresh_now(rest)
+        return self.refresh_now(ids)
+
+    def refresh_now(self, ids: list[str]) -> bool:
+        assert self.pokes is not None
+        t0 = time.perf_counter()
         try:
             report = self.collector.refresh(ids)
+            self.state.save(self.epoch, report.cycle)
             self.plan_rechecks(ids)
         except (CycleFailed, redis.RedisError) as exc:
             log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
+            if self.metrics is not None:
+                self.metrics.cycle_failed(str(exc), REFRESH)
             try:
                 self.redis.hincrby(self.keys.meta, "refreshes_failed", 1)
             except redis.RedisError:
                 pass
             return False
+        if self.metrics is not None:
+            self.metrics.cycle_done(report, time.perf_counter() - t0, REFRESH)
         try:
             pipe = self.redis.pipeline(transaction=False)
             pipe.hincrby(self.keys.meta, "refreshes", 1)
+            pipe.hincrby(self.keys.meta, "poked_jobs_refreshed", report.counts.get("poked", 0))
             pipe.hset(self.keys.meta, mapping={
                 "last_refresh_at": report.observed_at,
+                "pokes_received": self.pokes.received,
+                "pokes_coalesced": self.pokes.coalesced,
                 "pokes_dropped": self.pokes.dropped,
             })  # fmt: skip
             pipe.execute()
@@ -232,6 +330,7 @@ class CollectorService:
             self.check_epoch()
             self.refresh_lock()
             report = self.collector.run_cycle()
+            self.state.save(self.epoch, report.cycle)
         except CycleFailed as exc:
             self.failed(str(exc), time.perf_counter() - t0)
             return False
@@ -242,17 +341,23 @@ class CollectorService:
         return True
 
     def check_epoch(self) -> None:
-        """Notice a Redis that lost its data and resynchronise from scratch."""
-        epoch = self.redis.hget(self.keys.meta, "epoch")
-        if epoch is None:
-            if self.epoch is not None:
-                log.warning("Redis lost the site's data: shipping every object again")
-            self.epoch = uuid.uuid4().hex
-            self.redis.hset(self.keys.meta, "epoch", self.epoch)
-            self.collector.load()
-            self.write_meta_start()
-        else:
-            self.epoch = epoch.decode()
+        """Make sure of the site's epoch (beginning a new one if Redis' data is
+        not the continuation of what was written); if it is not the one this
+        collector wrote in, reload what Redis holds and ship every difference."""
+        check = self.guard.ensure(self.keys, self.collector.last_cycle, owner=True)
+        if self.metrics is not None:
+            self.metrics.set_epoch(check.epoch)
+        if check.epoch == self.epoch:
+            return
+        if self.epoch is not None:
+            why = CAUSES.get(check.cause, "another writer began it")
+            log.warning(
+                "epoch %s began (%s): shipping what Redis lost again", check.epoch, why,
+                extra={"fields": {"previous_epoch": self.epoch, "cause": check.cause}},
+            )  # fmt: skip
+            self.collector.resume_after_loss()
+        self.epoch = check.epoch
+        self.write_meta_start()
 
     # -- meta ------------------------------------------------------------------------------
     def write_meta_start(self) -> None:
@@ -262,8 +367,11 @@ class CollectorService:
                 "status": "starting",
                 "backend": self.backend_name,
                 "interval": self.interval,
+                "reconcile_every": self.collector.plan.reconcile_every,
+                "probing": int(self.collector.plan.probing),
                 "collector": self.holder,
                 "started_at": _now(),
+                "follow": int(self.follow),
             },
         )
 
@@ -282,13 +390,21 @@ class CollectorService:
             fields[f"count_{name}"] = value
         for stage, secs in report.timings.items():
             fields[f"time_{stage}_s"] = round(secs, 4)
+        fields.update(report.tier_fields(duration))
+        if self.feed is not None:
+            fields["feed_restarts"] = self.feed.restarts
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(self.keys.meta, mapping=fields)
         pipe.hincrby(self.keys.meta, "cycles_ok", 1)
+        pipe.hincrby(self.keys.meta, f"cycles_{report.tier}", 1)
+        pipe.hincrby(self.keys.meta, "chunks_shipped", report.counts.get("chunks", 0))
+        pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
         if report.bad:
             pipe.hset(self.keys.meta, mapping={"last_bad": "; ".join(report.bad)[:2000]})
             pipe.hincrby(self.keys.meta, "bad_records", report.counts.get("bad", 0))
         pipe.execute()
+        if self.metrics is not None:
+            self.metrics.cycle_done(report, duration, METRICS_TIER[report.tier])
         level = logging.WARNING if report.warnings or report.bad else logging.INFO
         log.log(
             level,
@@ -297,6 +413,7 @@ class CollectorService:
             extra={
                 "fields": {
                     "duration_s": round(duration, 3),
+                    "tier": report.tier,
                     **report.counts,
                     **({"warnings": report.warnings} if report.warnings else {}),
                     **({"bad": report.bad[:5]} if report.bad else {}),
@@ -304,8 +421,15 @@ class CollectorService:
             },
         )
 
+    def health(self, fields: dict) -> bytes:
+        """What the health channel carries: the fields just written to ``meta``."""
+        return orjson.dumps({**fields, "interval": self.interval, "epoch": self.epoch or ""})
+
     def failed(self, message: str, duration: float) -> None:
         self.failures += 1
+        cause = failure_cause(message)
+        if self.metrics is not None:
+            self.metrics.cycle_failed(message, METRICS_TIER[self.collector.plan.tier()])
         log.error(
             "cycle failed: %s",
             message,
@@ -316,19 +440,19 @@ class CollectorService:
                 }
             },
         )
+        fields = {
+            "status": "failing",
+            "last_error": message[:1000],
+            "last_error_at": _now(),
+            "last_duration_s": round(duration, 4),
+            "consecutive_failures": self.failures,
+        }
         try:
             pipe = self.redis.pipeline(transaction=False)
-            pipe.hset(
-                self.keys.meta,
-                mapping={
-                    "status": "failing",
-                    "last_error": message[:1000],
-                    "last_error_at": _now(),
-                    "last_duration_s": round(duration, 4),
-                    "consecutive_failures": self.failures,
-                },
-            )
+            pipe.hset(self.keys.meta, mapping=fields)
             pipe.hincrby(self.keys.meta, "cycles_failed", 1)
+            pipe.hincrby(self.keys.meta, f"failures_{cause}", 1)
+            pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
             pipe.execute()
         except redis.RedisError:
             pass  # Redis itself is away: the log line is all we can do

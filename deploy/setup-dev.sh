@@ -1,7 +1,8 @@
 #!/bin/sh
 # Set up a development/test checkout on Debian 12 (run by `make test` and `make demo`):
-# the system packages jobtap needs (a python3 that can make venvs, redis-server),
-# then a virtualenv in .venv with jobtap and its test tools.
+# the system packages jobtap needs (a python3 that can make venvs, redis-server;
+# for the tests also prometheus with promtool, and tmux to drive `jobtap top` in a
+# real terminal), then a virtualenv in .venv with jobtap and its test tools.
 set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -25,7 +26,15 @@ apt_install() {
     if [ "$made_policy" = 1 ]; then rm -f "$policy"; fi
 }
 
-command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+missing=""
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+# redis-cli joins the local Redis Cluster of tests/cluster (redis-server depends on it)
+command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 \
+    || missing="$missing prometheus"
+command -v tmux >/dev/null 2>&1 || missing="$missing tmux"
+# shellcheck disable=SC2086
+[ -z "$missing" ] || apt_install $missing
 
 if [ ! -x .venv/bin/python ]; then
     # Debian's python3 makes venvs only with python3-venv (ensurepip) installed.

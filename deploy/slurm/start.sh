@@ -36,7 +36,8 @@ ACCOUNT=lab
 DB_NAME=slurm_acct_db
 DB_USER=slurm
 DB_PASS=jobtap-slurm
-PACKAGES="slurm-wlm munge slurmdbd slurm-wlm-mysql-plugin mariadb-server"
+# slurmrestd: run by the collector in inetd mode for the records of a few jobs.
+PACKAGES="slurm-wlm munge slurmdbd slurm-wlm-mysql-plugin mariadb-server slurmrestd"
 T0=$(date +%s)
 
 say() { echo "jobtap-slurm [$(($(date +%s) - T0))s]: $*"; }
@@ -147,6 +148,8 @@ ReturnToService=2
 MailProg=/bin/true
 # Finished jobs leave squeue MinJobAge seconds after they end (default 300).
 MinJobAge=$MIN_JOB_AGE
+# Room for the 10,000 queued jobs of bench/slurm_polling.py (default 10000).
+MaxJobCount=20000
 KillWait=2
 InactiveLimit=0
 SlurmdTimeout=120
@@ -219,7 +222,7 @@ fi
 need_install() {
     local f
     for f in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmdbd /usr/bin/sbatch \
-        /usr/bin/sacct /usr/sbin/munged /usr/sbin/mariadbd; do
+        /usr/bin/sacct /usr/sbin/munged /usr/sbin/mariadbd /usr/sbin/slurmrestd; do
         [ -x "$f" ] || return 0
     done
     ls /usr/lib/*/slurm-wlm/accounting_storage_mysql.so >/dev/null 2>&1 || return 0
