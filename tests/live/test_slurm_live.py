@@ -33,6 +33,7 @@ from tests.support.slurm import (
     _start_slurm,
     assert_lifecycle,
     sbatch,
+    sbatch_sleeper,
     squeue_ids,
 )
 from tests.support.wait import eventually
@@ -40,14 +41,14 @@ from tests.support.wait import eventually
 pytestmark = pytest.mark.timeout(900)  # the first test also waits for the lock
 
 
-def test_real_jobs_reach_one_exact_final(clean, r):
+def test_real_jobs_reach_one_exact_final(clean, r, tmp_path):
     """sbatch real jobs (success, exit 3, cancelled pending and running, held then
     released, an array of 4, one pending for resources): the site stream shows the
     right sequence of normalised states and a single exact final for each."""
     h = Harness(r)
     ok = sbatch("--wrap", "sleep 3", "-J", "ok")
     fail = sbatch("--wrap", "sleep 3; exit 3", "-J", "fail3")
-    crun = sbatch("--wrap", "sleep 300", "-J", "cancel_running")
+    crun, crun_started = sbatch_sleeper(tmp_path, "-J", "cancel_running")
     # Released, it gets a priority below the big job's: its short limit lets the
     # backfill scheduler run it while the big job waits.
     held = sbatch("-H", "--wrap", "sleep 3", "-J", "held", minutes=1)
@@ -74,6 +75,7 @@ def test_real_jobs_reach_one_exact_final(clean, r):
     h.until("cancel_pending final", lambda: h.final(cpend) is not None)
     h.until("held job released and done", lambda: h.final(held) is not None)
     assert h.final(big) is None  # still waiting: cancel_running holds a CPU
+    crun_started()
     _cmd("scancel", crun)
     h.until("cancel_running final", lambda: h.final(crun) is not None)
     h.until("big job done", lambda: h.final(big) is not None)
@@ -106,15 +108,16 @@ def test_real_jobs_reach_one_exact_final(clean, r):
     assert queue["state"] == "open" and queue["resources"]["available"]["cpus"] == 16
 
 
-def test_job_purged_between_two_cycles_gets_its_final_from_history(clean, r):
+def test_job_purged_between_two_cycles_gets_its_final_from_history(clean, r, tmp_path):
     """A job that ends and leaves squeue (MinJobAge) between two cycles still gets
     its exact final state and exit status, from sacct."""
     h = Harness(r)
     fail = sbatch("--wrap", "sleep 3; exit 7", "-J", "purged_fail")
-    crun = sbatch("--wrap", "sleep 300", "-J", "purged_cancel")
+    crun, crun_started = sbatch_sleeper(tmp_path, "-J", "purged_cancel")
     arr = sbatch("--array=2", "--wrap", "sleep 3; exit 5", "-J", "purged_task")
     task = f"{arr}_2"
     h.until("jobs running", lambda: all(h.seen(j, "running") for j in (fail, crun, task)))
+    crun_started()
     _cmd("scancel", crun)
     # No cycle now: wait for slurmctld to purge all three (bounded by MinJobAge and
     # its purge pass, about 20 s here).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -125,6 +126,25 @@ def sbatch(*args: str, minutes: int = 5) -> str:
         "-D", "/tmp", *args,
     )  # fmt: skip
     return out.strip().split(";")[0]
+
+
+def sbatch_sleeper(marker_dir: Path, *args: str) -> tuple[str, Callable[[], None]]:
+    """Submit a job whose script sleeps 300 s; return its id and a function that
+    waits until the script itself runs.
+
+    squeue says RUNNING as soon as slurmctld allocates the nodes, before
+    slurmstepd has started the batch script.  A job cancelled in that window
+    never runs its script, and what Slurm then records as its exit code is not
+    the "killed by SIGTERM" (271) of a running script.  Tests that cancel a
+    running job and expect 271 wait for the script's own marker first.
+    """
+    marker = marker_dir / f"started-{secrets.token_hex(6)}"
+    job_id = sbatch("--wrap", f"touch {marker}; sleep 300", *args)
+
+    def started() -> None:
+        eventually(marker.exists, timeout=60, what=f"job {job_id}'s script starting")
+
+    return job_id, started
 
 
 # The collector ---------------------------------------------------------------------
