@@ -87,8 +87,8 @@ class HookSettings:
     """/etc/jobtap/slurm-hook.env for the length of a phase; whatever was there
     before is put back."""
 
-    def __init__(self, url: str | None, log: Path):
-        self.url, self.log = url, log
+    def __init__(self, url: str | None, log: Path, site: str = SITE):
+        self.url, self.log, self.site = url, log, site
         self.saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
         self.made_dir = not HOOK_ENV.parent.exists()
 
@@ -98,7 +98,7 @@ class HookSettings:
         else:
             HOOK_ENV.parent.mkdir(parents=True, exist_ok=True)
             HOOK_ENV.write_text(
-                f"# bench.slurm_follow_latency (pid {os.getpid()})\nJOBTAP_SITE={SITE}\n"
+                f"# bench.slurm_follow_latency (pid {os.getpid()})\nJOBTAP_SITE={self.site}\n"
                 f"JOBTAP_REDIS={self.url}\nJOBTAP_BIN={JOBTAP}\nJOBTAP_HOOK_LOG={self.log}\n"
             )
             HOOK_ENV.chmod(0o600)

@@ -1,35 +1,44 @@
-"""What the collector costs slurmctld with its tiers, against a full
+"""What the collector costs slurmctld with its plans, against a full
 ``squeue --json`` every interval (what it did before them).
 
     sudo .venv/bin/python -m bench.slurm_tiers                       # 2,000 then 10,000 jobs
     sudo .venv/bin/python -m bench.slurm_tiers --jobs 2000 --duration 60 --no-write
+    sudo .venv/bin/python -m bench.slurm_tiers --plans follow --interval 2
 
 Needs root and the single-host Slurm of deploy/slurm/start.sh (started if it is
 not running; it takes the Slurm lock of the live tests).  For each ``--jobs``
 size, the queue is filled with that many held jobs (and one long job running on
-each node), then two phases of ``--duration`` seconds run the same workload: a
+each node), then phases of ``--duration`` seconds run the same workload: a
 short job every 10 s (alternately ``exit 0`` and ``exit 3``) and, every 10 s, a
 held job's time limit changed (``scontrol update``).
 
 * baseline: ``squeue --json`` every ``--interval`` seconds, its output read and
   thrown away;
-* jobtap: the collector with its defaults (``CollectorService``, SlurmBackend:
-  the probe every ``--interval`` seconds, ``squeue --json`` every 60 s,
-  ``slurmrestd`` for the jobs whose probe line moved, nodes and partitions
-  every 6 cycles) and a real ``jobtap worker`` on a local redis-server.
+* ``probe`` plan: the collector with its defaults without follow mode
+  (``CollectorService``, SlurmBackend: the probe every ``--interval`` seconds,
+  ``squeue --json`` every 60 s, ``slurmrestd`` for the jobs whose probe line
+  moved, nodes and partitions every 6 cycles) and a real ``jobtap worker`` on a
+  local redis-server;
+* ``follow`` plan: the same with ``--follow``'s defaults on Slurm: the pushed
+  plan (no job listing between the reconciliations of every 60 s), the
+  slurmctld hook poking each job as it starts and ends (its settings file
+  /etc/jobtap/slurm-hook.env points it at the phase's Redis), ``slurmrestd``
+  for each poked job.
 
 Each phase starts with ``sdiag --reset`` and ``sacctmgr -i clear stats`` and ends
 with ``sdiag`` and ``sacctmgr show stats``: slurmctld's count and total time of
 each read RPC, and slurmdbd's time on ``sacct`` (DBD_GET_JOBS_COND) beside it.
-After the jobtap phase every change is checked against what the jobs did: each
-short job must have exactly one ``new`` and one ``final`` with its state and exit
-status, and each changed time limit must be in the job's last record.
+After each collector phase every change is checked against what the jobs did:
+each short job must have exactly one ``new`` and one ``final`` with its state and
+exit status, and each changed time limit must be in the job's last record
+(waiting up to 70 s for it: a pushed plan sees a limit at its next
+reconciliation).
 
-The figures go into docs/performance.md, one section per size, "Slurm: the
-collector's tiers against squeue --json every interval, N held jobs"
-(``--no-write`` only prints).  Each size takes the Slurm lock for about
-``2 * duration`` seconds plus the submissions (about 5 ms a job); run the sizes
-one at a time to let the live tests of other sessions in between.
+The figures go into docs/performance.md, one section per size and interval,
+"Slurm: the collector against squeue --json every interval, N held jobs, every
+I s" (``--no-write`` only prints).  Each size takes the Slurm lock for about
+``(1 + plans) * duration`` seconds plus the submissions (about 5 ms a job); run
+the sizes one at a time to let the live tests of other sessions in between.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.slurm_follow_latency import HookSettings
 from bench.slurm_polling import (
     DOC,
     ROOT,
@@ -65,7 +75,15 @@ from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from tests.support.slurm import rpc_stats
 
-HEADING = "## Slurm: the collector's tiers against squeue --json every interval"
+HEADING = "## Slurm: the collector against squeue --json every interval"
+PLANS = {
+    "probe": "the collector's defaults without follow mode (probe every interval,"
+    " `squeue --json` every 60 s, `slurmrestd` for the jobs whose probe line moved,"
+    " nodes and partitions every 6 cycles)",
+    "follow": "`--follow`'s defaults on Slurm (the pushed plan: `squeue --json` every 60 s"
+    " and no job listing in between, the slurmctld hook poking each job as it starts and"
+    " ends, `slurmrestd` for each poked job, nodes and partitions every 6 cycles)",
+}
 SITE = "slurmtiers"
 # slurmctld's read RPCs: what observing the cluster costs (the rest is the workload)
 STATS_RPC = "REQUEST_STATS_INFO"  # sdiag itself
@@ -160,8 +178,8 @@ def run_baseline(args: argparse.Namespace, held: list[str]) -> Phase:
     return phase
 
 
-def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path) -> Phase:
-    phase = Phase(f"the collector's defaults, every {args.interval:g} s")
+def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path, plan: str) -> Phase:
+    phase = Phase(f"the collector, {plan} plan, every {args.interval:g} s")
     server = RedisServer(workdir / "redis").start()
     log = open(workdir / "worker.log", "ab")
     worker = subprocess.Popen(
@@ -170,24 +188,30 @@ def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path) -> Phas
     )  # fmt: skip
     r = server.client()
     backend = SlurmBackend(timeout=60)
+    follow = plan == "follow"
+    collector = Collector(backend, r, site=SITE, pushed=follow)
     service = CollectorService(
-        Collector(backend, r, site=SITE), interval=args.interval, backend_name="slurm"
+        collector, interval=args.interval, backend_name="slurm", follow=follow
     )
+    hook = HookSettings(server.url if follow else None, workdir / "hook.log", site=SITE)
     try:
-        reset_counters()
-        t0 = time.monotonic()
-        loop = threading.Thread(target=service.run, daemon=True)
-        loop.start()
-        with Workload(held) as work:
-            work.stop.wait(args.duration)
-        read_counters(phase, t0)  # what follows is not measured
-        problems = check_delivered(r, work, deadline=time.monotonic() + 60)
+        with hook:
+            reset_counters()
+            t0 = time.monotonic()
+            loop = threading.Thread(target=service.run, daemon=True)
+            loop.start()
+            with Workload(held) as work:
+                work.stop.wait(args.duration)
+            read_counters(phase, t0)  # what follows is not measured
+            problems = check_delivered(r, work, deadline=time.monotonic() + 70)
         service.stop_event.set()
         loop.join(120)
         meta = {k.decode(): v.decode() for k, v in r.hgetall(service.keys.meta).items()}
         phase.notes = {
             "probe cycles": meta.get("cycles_probe", "0"),
+            "pushed cycles": meta.get("cycles_pushed", "0"),
             "reconciliations": meta.get("cycles_reconcile", "0"),
+            "refreshes": meta.get("refreshes", "0"),
             "failed cycles": meta.get("cycles_failed", "0"),
             "bytes read": f"{backend.cost.bytes:,}",
             "short jobs checked": f"{len(work.short)}",
@@ -234,57 +258,64 @@ def check_delivered(r, work: Workload, deadline: float) -> list[str]:
     return found
 
 
-def table(base: Phase, tiers: Phase) -> str:
+def table(phases: dict[str, Phase]) -> str:
+    """One row per read RPC, a count and a time column per phase."""
     types = sorted(
-        {t for t in (*base.ctld, *tiers.ctld) if is_read(t)},
-        key=lambda t: (-(base.ctld.get(t, (0, 0))[1] + tiers.ctld.get(t, (0, 0))[1]), t),
+        {t for p in phases.values() for t in p.ctld if is_read(t)},
+        key=lambda t: (-sum(p.ctld.get(t, (0, 0))[1] for p in phases.values()), t),
     )
-    lines = [
-        "| read RPC (sdiag) | baseline count | baseline ms | tiers count | tiers ms |",
-        "|---|---:|---:|---:|---:|",
-    ]
+    head = "| read RPC (sdiag) |" + "".join(f" {n} count | {n} ms |" for n in phases)
+    lines = [head, "|---|" + "---:|---:|" * len(phases)]
     for t in types:
-        (bn, bus), (tn, tus) = base.ctld.get(t, (0, 0)), tiers.ctld.get(t, (0, 0))
-        lines.append(f"| {t} | {bn:,} | {bus / 1000:,.1f} | {tn:,} | {tus / 1000:,.1f} |")
-    lines.append(
-        f"| **slurmctld, all reads** | **{base.read_count:,}** | **{base.read_us / 1000:,.1f}**"
-        f" | **{tiers.read_count:,}** | **{tiers.read_us / 1000:,.1f}** |"
+        cells = "".join(
+            f" {p.ctld.get(t, (0, 0))[0]:,} | {p.ctld.get(t, (0, 0))[1] / 1000:,.1f} |"
+            for p in phases.values()
+        )
+        lines.append(f"| {t} |{cells}")
+    total = "".join(
+        f" **{p.read_count:,}** | **{p.read_us / 1000:,.1f}** |" for p in phases.values()
     )
-    lines.append(
-        f"| slurmdbd, `sacct` (DBD_GET_JOBS_COND) | {base.dbd.get('DBD_GET_JOBS_COND', (0,))[0]}"
-        f" | {base.sacct_us / 1000:,.1f} | {tiers.dbd.get('DBD_GET_JOBS_COND', (0,))[0]}"
-        f" | {tiers.sacct_us / 1000:,.1f} |"
+    lines.append(f"| **slurmctld, all reads** |{total}")
+    dbd = "".join(
+        f" {p.dbd.get('DBD_GET_JOBS_COND', (0,))[0]} | {p.sacct_us / 1000:,.1f} |"
+        for p in phases.values()
     )
+    lines.append(f"| slurmdbd, `sacct` (DBD_GET_JOBS_COND) |{dbd}")
     return "\n".join(lines)
 
 
-def heading(jobs: int) -> str:
-    return f"{HEADING}, {jobs:,} held jobs"
+def heading(jobs: int, interval: float) -> str:
+    return f"{HEADING}, {jobs:,} held jobs, every {interval:g} s"
 
 
-def section(args: argparse.Namespace, jobs: int, base: Phase, tiers: Phase, argv) -> str:
+def section(args: argparse.Namespace, jobs: int, phases: dict[str, Phase], argv) -> str:
     command = "sudo .venv/bin/python -m bench.slurm_tiers" + (
         " " + shlex.join(argv) if argv else ""
     )
     version = sh("sinfo", "--version").strip()
-    parts = [heading(jobs), ""]
+    parts = [heading(jobs, args.interval), ""]
+    plans = "; ".join(f"`{name}`: {PLANS[name]}" for name in phases if name in PLANS)
     parts.append(
         f"slurmctld's own time on read RPCs (`sdiag --reset` before each phase, `sdiag`"
         f" after it) over {args.duration:g} s per phase, on the single-host {version} of"
         f" `deploy/slurm/start.sh` (four node names on {os.cpu_count()} cores, 24 GiB),"
-        f" with held jobs in the queue, one long job on each node, and in both phases a"
+        f" with held jobs in the queue, one long job on each node, and in every phase a"
         f" short job every 10 s and a held job's time limit changed every 10 s. Baseline:"
         f" `squeue --json` every {args.interval:g} s (the collector's job stat before its"
-        f" tiers). Tiers: the collector with its defaults (probe every {args.interval:g} s,"
-        f" `squeue --json` every 60 s, `slurmrestd` for the jobs whose probe line moved,"
-        f" nodes and partitions every 6 cycles) and a worker."
+        f" tiers). The collector's plans, each with a worker, every {args.interval:g} s:"
+        f" {plans}."
     )
-    ratio = base.read_us / max(1, tiers.read_us)
-    parts += ["", table(base, tiers), ""]
-    for p in (base, tiers):
+    parts += ["", table(phases), ""]
+    for p in phases.values():
         parts.append(f"- {p.name}: " + ", ".join(f"{k} {v}" for k, v in p.notes.items()))
     parts.append("")
-    parts.append(f"slurmctld's read time with the tiers: {ratio:.2f}x less (target: 10x).")
+    base = phases["baseline"]
+    for name, p in phases.items():
+        if name != "baseline":
+            ratio = base.read_us / max(1, p.read_us)
+            parts.append(f"slurmctld's read time, {name} plan: {ratio:.1f}x less than the"
+                         f" baseline (target: 10x).  ")  # fmt: skip
+    parts[-1] = parts[-1].rstrip()
     parts += ["", "Reproduce (as root):", "", "```", command, "```", ""]
     return "\n".join(parts)
 
@@ -306,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, nargs="+", default=[2000, 10000])
     parser.add_argument("--duration", type=float, default=180.0, help="seconds per phase")
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument(
+        "--plans", nargs="+", choices=list(PLANS), default=list(PLANS), help="collector phases"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not update the doc")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -314,21 +348,25 @@ def main(argv: list[str] | None = None) -> int:
     with slurm_held():
         try:
             for jobs in args.jobs:
-                held = fill_queue(jobs, minutes=int(2 * args.duration / 60) + 10)
-                base = run_baseline(args, held)
-                print(f"  baseline: {base.read_us / 1000:.1f} ms {base.notes}", flush=True)
-                with tempfile.TemporaryDirectory(prefix="jobtap-bench-") as tmp:
-                    tiers = run_jobtap(args, held, Path(tmp))
-                print(f"  tiers: {tiers.read_us / 1000:.1f} ms {tiers.notes}", flush=True)
-                runs.append((jobs, base, tiers))
+                held = fill_queue(
+                    jobs, minutes=int((1 + len(args.plans)) * args.duration / 60) + 10
+                )
+                phases = {"baseline": run_baseline(args, held)}
+                print(f"  baseline: {phases['baseline'].read_us / 1000:.1f} ms", flush=True)
+                for plan in args.plans:
+                    with tempfile.TemporaryDirectory(prefix="jobtap-bench-") as tmp:
+                        phases[plan] = run_jobtap(args, held, Path(tmp), plan)
+                    p = phases[plan]
+                    print(f"  {plan}: {p.read_us / 1000:.1f} ms {p.notes}", flush=True)
+                runs.append((jobs, phases))
         finally:
             cancel_all()
-    for jobs, base, tiers in runs:
-        text = section(args, jobs, base, tiers, argv)
+    for jobs, phases in runs:
+        text = section(args, jobs, phases, argv)
         print()
         print(text)
         if not args.no_write:
-            write_doc(text, DOC, heading(jobs))
+            write_doc(text, DOC, heading(jobs, args.interval))
             print(f"written to {DOC.relative_to(ROOT)}")
     return 0
 

@@ -66,6 +66,13 @@ from .options import (
     "changed and stats just those jobs (0: a full stat every cycle).",
 )
 @click.option(
+    "--probe/--no-probe",
+    default=None,
+    help="Between full stats: probe what changed every cycle, or stat no jobs and rely on "
+    "follow mode's pokes.  Default: no probe with --follow on Slurm (its probe costs "
+    "slurmctld a full stat), else probe.",
+)
+@click.option(
     "--max-targeted",
     type=click.IntRange(min=1),
     default=5000,
@@ -143,6 +150,7 @@ def collector(
     chunk_size,
     shrink_ratio,
     reconcile_every,
+    probe,
     max_targeted,
     queue_redis,
     prefix,
@@ -198,6 +206,8 @@ def collector(
         "sim": lambda: dict(seed=sim_seed, jobs=sim_jobs, nodes=sim_nodes, tick=sim_tick),
     }[backend]()
     be = make_backend(backend, **options)
+    if probe is None:
+        probe = not (follow and getattr(be, "probe_costs_full_stat", False))
     data = connect(redis_url)
     queues = connect_queues(queue_redis, data)
     col = Collector(
@@ -210,6 +220,7 @@ def collector(
         shrink_ratio=shrink_ratio,
         reconcile_every=reconcile_every,
         max_targeted=max_targeted,
+        pushed=not probe,
     )
     state = HostState.load(Path(state_dir or default_state_dir(site)) / FILENAME)
     metrics = None

@@ -113,17 +113,23 @@ def tier_lines(meta: dict[str, str]) -> list[str]:
     """Which tier each cycle runs and what it costs: the probe and the full
     reconciliation, each with its last run (time, commands, bytes printed,
     jobs stat'ed) and how many cycles of it went through."""
-    from jobtap.collector.plan import PROBE, RECONCILE
+    from jobtap.collector.plan import PROBE, PUSHED, RECONCILE
 
     every = {
         PROBE: f"every {meta.get('interval', '?')}s",
+        PUSHED: f"every {meta.get('interval', '?')}s, no job listing (pokes)",
         RECONCILE: f"every {meta.get('reconcile_every', '?')}s",
     }
-    if meta.get("probing") == "0":
+    if meta.get("pushed") == "1":
+        tiers: tuple[str, ...] = (PUSHED, RECONCILE)
+    elif meta.get("probing") == "1":
+        tiers = (PROBE, RECONCILE)
+    else:
+        tiers = (RECONCILE,)
+    if meta.get("probing") == "0" and meta.get("pushed") != "1":
         every[RECONCILE] = "every cycle (no probe)"
     lines = []
     label = "  tiers       "
-    tiers = (PROBE, RECONCILE) if meta.get("probing") == "1" else (RECONCILE,)
     for tier in tiers:
         p = f"{tier}_last"
         last = "never ran"

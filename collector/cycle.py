@@ -47,7 +47,7 @@ from .backends.base import (
 )
 from .fingerprint import fingerprint, fingerprint_all
 from .nodewatch import ON_NODES, NodeWatch
-from .plan import PROBE, RECONCILE, ObservationPlan, Targets
+from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, Targets
 from .ship import Batches, Shipper
 from .tracker import Seen, Tracker
 
@@ -236,8 +236,11 @@ class Collector:
     ``reconcile_every``: seconds between full stats when the backend has a
     probe (:class:`~.backends.base.ChangeProbe`; 0: a full stat every cycle);
     ``max_targeted``: a probe naming more jobs than this makes the cycle a full
-    stat (see :class:`~.plan.ObservationPlan`); ``clock``: the plan's
-    seconds (monotonic; a simulation's virtual clock in tests and benchmarks).
+    stat (see :class:`~.plan.ObservationPlan`); ``pushed``: follow mode's pokes
+    bring the jobs' changes, so the cycles between two reconciliations stat no
+    jobs (the plan for Slurm, whose probe costs slurmctld a full stat);
+    ``clock``: the plan's seconds (monotonic; a simulation's virtual clock in
+    tests and benchmarks).
     """
 
     def __init__(
@@ -252,6 +255,7 @@ class Collector:
         shrink_ratio: float = 0.5,
         reconcile_every: float = 60.0,
         max_targeted: int = 5000,
+        pushed: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.backend = backend
@@ -274,6 +278,7 @@ class Collector:
         self.plan = ObservationPlan(
             reconcile_every=reconcile_every,
             probing=self.prober is not None,
+            pushed=pushed,
             max_targeted=max_targeted,
             clock=clock,
         )
@@ -328,7 +333,7 @@ class Collector:
             with_nodes = self.cycles_run % self.nodes_every == 0
         if tier is None:
             tier = self.plan.tier()
-        elif tier not in (PROBE, RECONCILE) or (tier == PROBE and self.prober is None):
+        elif tier not in TIERS or (tier == PROBE and self.prober is None):
             raise ValueError(f"cannot run a {tier!r} cycle with {self.backend!r}")
         report = self._new_report()
         shipment = Shipment()
@@ -457,9 +462,15 @@ class Collector:
         a reconciliation is due or the probe names too much, tier 3 (a full
         stat).  A reconciliation probes first too: its probe is the baseline of
         the next probe cycle, taken before the full stat so that nothing that
-        changes in between is missed."""
+        changes in between is missed.  A pushed plan never probes: between its
+        reconciliations only the jobs on nodes that just went bad or came back
+        are stat'ed."""
         started = self.plan.clock()
-        probe = self._probe(report, self.plan.probe_since(tier))
+        if tier == PUSHED:  # the pokes bring the changes: only the jobs of bad nodes
+            report.tier = PUSHED
+            self._targeted(Targets([], {}), Probe(), report, shipment, bad, delta)
+            return
+        probe = None if self.plan.pushed else self._probe(report, self.plan.probe_since(tier))
         if tier == PROBE and probe is not None:
             seen = self._seen(JOB)
             targets = self.plan.targets(probe, seen)

@@ -12,7 +12,9 @@ Series:
 - ``jobtap_collector_cycle_duration_seconds{tier}`` (histogram): successful
   cycles, ``tier="full"`` for a full stat of every job (the reconciliation),
   ``"probe"`` for a cycle that probed what changed and stat'ed just that
-  (collector/plan.py), ``"refresh"`` for follow mode's targeted refreshes;
+  (collector/plan.py), ``"pushed"`` for a cycle of a pushed plan (no job
+  listing between reconciliations, the pokes bring the changes), ``"refresh"``
+  for follow mode's targeted refreshes;
 - ``jobtap_collector_probe_duration_seconds{tier,probe}`` (histogram): the
   scheduler's commands (``probe`` = jobs, nodes, queues, history, and
   ``changes`` for the cheap probe of what changed);
@@ -48,6 +50,7 @@ log = logging.getLogger("jobtap.collector")
 
 FULL = "full"
 PROBE = "probe"
+PUSHED = "pushed"
 REFRESH = "refresh"
 # Seconds: from a handful of jobs (milliseconds) to a 100,000-job stat (seconds).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)

@@ -12,6 +12,16 @@ Three tiers, each a separate step that the cycle (``cycle.py``) composes:
    cycle), at start, every ``reconcile_every`` seconds, and whenever a probe
    names more jobs than a targeted stat is worth.
 
+A plan may be **pushed** instead of probing: the cycles between two
+reconciliations then stat no jobs at all (only the jobs on nodes that just
+went bad or came back), because follow mode's pokes bring each job's changes.
+That is the plan for a scheduler whose probe costs it as much as a full stat:
+Slurm 22.05 answers any ``squeue`` listing, text or JSON, with the one
+REQUEST_JOB_INFO that packs every job, so a probe every interval saves the
+client's work but none of slurmctld's (docs/performance.md).  The slurmctld
+hook pokes each job as it starts and ends; what no hook sees (a submission, a
+hold, an edited limit) waits for the next reconciliation.
+
 The plan only decides what is stat'ed.  Fingerprints, normalisation, shipping,
 versions and events are the same whichever tier saw a change, so a change seen
 by a probe is not shipped again by the next reconciliation.  What a probe
@@ -43,7 +53,8 @@ from .tracker import Seen
 
 RECONCILE = "reconcile"
 PROBE = "probe"
-TIERS = (RECONCILE, PROBE)
+PUSHED = "pushed"
+TIERS = (RECONCILE, PROBE, PUSHED)
 
 
 def _active(seen: Seen | None) -> bool:
@@ -68,11 +79,12 @@ class ObservationPlan:
 
     ``reconcile_every``: seconds between full reconciliations (0: every cycle
     is one, the probe is never used).  ``probing``: whether the backend has a
-    probe at all.  ``max_targeted``: a probe that names more jobs than this,
-    or more than ``max_share`` of the active jobs the collector knows, turns
-    the cycle into a reconciliation (one full stat costs less than that many
-    targeted ones, and a probe gone wrong must not fan out into a stat per
-    job).  ``clock``: seconds, monotonic.
+    probe at all.  ``pushed``: between reconciliations, rely on pokes and stat
+    no jobs (the probe is then not used).  ``max_targeted``: a probe that
+    names more jobs than this, or more than ``max_share`` of the active jobs
+    the collector knows, turns the cycle into a reconciliation (one full stat
+    costs less than that many targeted ones, and a probe gone wrong must not
+    fan out into a stat per job).  ``clock``: seconds, monotonic.
     """
 
     def __init__(
@@ -80,6 +92,7 @@ class ObservationPlan:
         *,
         reconcile_every: float = 60.0,
         probing: bool = True,
+        pushed: bool = False,
         max_targeted: int = 5000,
         max_share: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
@@ -88,6 +101,7 @@ class ObservationPlan:
             raise ValueError("reconcile_every must be >= 0")
         self.reconcile_every = float(reconcile_every)
         self.probing = bool(probing) and reconcile_every > 0
+        self.pushed = bool(pushed) and reconcile_every > 0
         self.max_targeted = int(max_targeted)
         self.max_share = float(max_share)
         self.clock = clock
@@ -105,11 +119,11 @@ class ObservationPlan:
     # -- choosing --------------------------------------------------------------------
     def tier(self) -> str:
         """The tier the next cycle runs."""
-        if not self.probing or self.last_reconcile is None:
+        if self.last_reconcile is None or not (self.pushed or self.probing):
             return RECONCILE
         if self.clock() - self.last_reconcile >= self.reconcile_every:
             return RECONCILE
-        return PROBE
+        return PUSHED if self.pushed else PROBE
 
     def probe_since(self, tier: str) -> float | None:
         """What to pass to ``backend.probe``: a reconciliation asks for a fresh

@@ -40,11 +40,11 @@ from .backends.base import EventFeed, RecordsAtHand
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 from .hoststate import HostState
-from .metrics import FULL, PROBE, REFRESH, CollectorMetrics, failure_cause
+from .metrics import FULL, PROBE, PUSHED, REFRESH, CollectorMetrics, failure_cause
 
 log = logging.getLogger("jobtap.collector")
 # The plan's tiers as the metrics name them ("full": a full stat of every job).
-METRICS_TIER = {plan.RECONCILE: FULL, plan.PROBE: PROBE}
+METRICS_TIER = {plan.RECONCILE: FULL, plan.PROBE: PROBE, plan.PUSHED: PUSHED}
 HOST = socket.gethostname()
 
 
@@ -107,6 +107,11 @@ class CollectorService:
         self.metrics = metrics
         if metrics is not None:
             metrics.start(interval, collector.shipper.queues)
+        if collector.plan.pushed and not follow:
+            log.warning(
+                "no probe and no follow mode: jobs are seen only by the full stat every %gs",
+                collector.plan.reconcile_every,
+            )
 
     # -- lifecycle -------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -369,6 +374,7 @@ class CollectorService:
                 "interval": self.interval,
                 "reconcile_every": self.collector.plan.reconcile_every,
                 "probing": int(self.collector.plan.probing),
+                "pushed": int(self.collector.plan.pushed),
                 "collector": self.holder,
                 "started_at": _now(),
                 "follow": int(self.follow),

@@ -1026,6 +1026,10 @@ class SlurmBackend(CommandBackend):
     """
 
     scheduler: str
+    # 22.05 answers the probe's listing with the RPC of a full stat (see probe()):
+    # in follow mode the collector relies on the hook's pokes instead (a pushed
+    # plan, collector/plan.py).
+    probe_costs_full_stat = True
 
     def __init__(
         self,

@@ -59,6 +59,26 @@ def test_pbs_collector_with_missing_qstat_fails_clearly(redis_server, r, tmp_pat
     assert b"command not found" in r.hget(SiteKeys("cli2").meta, "last_error")
 
 
+def test_the_collector_plan_follows_the_backend_and_follow_mode(redis_server, r, tmp_path):
+    """No probe (a pushed plan) by default only with --follow on Slurm, whose
+    probe costs slurmctld a full stat; --probe and --no-probe choose.  The
+    plan is in meta as the collector starts (here its cycle then fails: there
+    is no Slurm behind these commands)."""
+    missing = str(tmp_path / "missing")
+    slurm = ["--backend", "slurm", "--squeue", missing, "--sinfo", missing, "--sacct", missing]
+    cases = {
+        "p1": ([*slurm, "--follow"], "1"),
+        "p2": ([*slurm], "0"),
+        "p3": ([*slurm, "--follow", "--probe"], "0"),
+        "p4": (["--backend", "sim", "--sim-jobs", "20", "--follow"], "0"),
+        "p5": (["--backend", "sim", "--sim-jobs", "20", "--no-probe"], "1"),
+    }
+    for site, (args, pushed) in cases.items():
+        run_jobtap("collector", "--once", *args, "--redis", redis_server.url, "--site", site,
+                   "--state-dir", str(tmp_path / site))  # fmt: skip
+        assert r.hget(SiteKeys(site).meta, "pushed") == pushed.encode(), (site, args)
+
+
 def test_pbs_collector_through_the_standin(redis_server, r, tmp_path):
     control = tmp_path / "fake.json"
     control.write_text(f'{{"dir": "{fixtures_dir() / "pbs"}", "stage": "10-busy", "mode": "ok"}}')

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from jobtap.collector.cycle import Collector, CycleFailed
-from jobtap.collector.plan import PROBE, RECONCILE
+from jobtap.collector.plan import PROBE, PUSHED, RECONCILE, ObservationPlan
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
@@ -234,6 +234,61 @@ def test_meta_and_status_say_which_tier_ran_and_what_it_cost(r, redis_server):
     reconcile_line = next(line for line in out.splitlines() if "reconcile" in line)
     assert "*probe" in probe_line and "every 5s" in probe_line and "(2 cycles)" in probe_line
     assert "every 600.0s" in reconcile_line and "commands" in reconcile_line
+
+
+def test_a_pushed_plan_reconciles_at_start_then_every_reconcile_every():
+    clock = Clock()
+    plan = ObservationPlan(reconcile_every=60, pushed=True, clock=clock)
+    tiers = []
+    for _ in range(14):  # a cycle every 5 s; a reconciliation commits when it ships
+        tier = plan.tier()
+        tiers.append(tier)
+        if tier == RECONCILE:
+            plan.commit_reconcile(None, clock.t)
+        clock.t += 5
+    assert tiers == [RECONCILE] + [PUSHED] * 11 + [RECONCILE, PUSHED]
+    assert ObservationPlan(reconcile_every=0, pushed=True).tier() == RECONCILE
+    assert not ObservationPlan(reconcile_every=0, pushed=True).pushed
+
+
+def test_a_pushed_plan_lists_no_job_between_reconciliations(r, redis_server):
+    """Follow mode on a scheduler whose probe costs it a full stat (Slurm):
+    between two reconciliations a cycle runs no job command at all; a poked
+    job's change comes by the refresh, an unpoked one's by the next
+    reconciliation; meta and ``jobtap status`` say so."""
+    from click.testing import CliRunner
+
+    from jobtap.cli.status import status
+
+    backend = SimBackend(seed=12, nodes=10, jobs=100, tick=0, measure=True)
+    clock = Clock()
+    svc = CollectorService(
+        collector(r, backend, clock=clock, pushed=True), interval=5, backend_name="sim"
+    )
+    svc.write_meta_start()
+    assert svc.run_one()
+    drain(r, SITE)
+    poked, unpoked = queued_jobs(backend, 2)
+    backend.simulation.alter(unpoked, "comment", "no hook saw this")
+    backend.simulation.alter(poked, "comment", "poked")
+    clock.t += 5
+    assert svc.run_one()
+    m = meta(r, SITE)
+    assert (m["last_tier"], m["pushed_last_commands"], m["pushed_last_jobs"]) == (PUSHED, "0", "0")
+    svc.collector.refresh([poked])
+    drain(r, SITE)  # everything shipped so far is applied
+    assert job_events(r, poked)[-1]["changes"]["comment"][1] == "poked"
+    assert [e["type"] for e in job_events(r, unpoked)] == ["new"]
+    out = CliRunner().invoke(status, ["--redis", redis_server.url, "--site", SITE]).output
+    pushed_line = next(line for line in out.splitlines() if "pushed" in line)
+    assert "*pushed" in pushed_line and "no job listing" in pushed_line, out
+    assert "(1 cycles)" in pushed_line and not any("probe " in line for line in out.splitlines())
+
+    clock.t += 600
+    assert svc.run_one()
+    drain(r, SITE)
+    assert meta(r, SITE)["last_tier"] == RECONCILE
+    assert job_events(r, unpoked)[-1]["changes"]["comment"][1] == "no hook saw this"
 
 
 def test_without_its_probe_command_the_collector_stats_every_job(tmp_path, monkeypatch, r):

@@ -28,7 +28,15 @@ from jobtap.keys import SiteKeys
 from tests.support.paths import ROOT
 from tests.support.pipeline import chunks_not_applied, drain, meta
 from tests.support.reaper import run_reaped
-from tests.support.slurm import SITE, Harness, _cmd, assert_lifecycle, sbatch, squeue_ids
+from tests.support.slurm import (
+    SITE,
+    Harness,
+    _cmd,
+    assert_lifecycle,
+    sbatch,
+    sdiag_rpcs,
+    squeue_ids,
+)
 from tests.support.wait import eventually
 
 K = SiteKeys(SITE)
@@ -246,9 +254,11 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
     """``jobtap collector --follow --interval 30`` and ``jobtap worker`` as
     processes; jobs that succeed, exit 3 and run as array tasks: each one's
     final reaches an SDK subscriber within seconds of the job's end (its script
-    writes the time as its last act), long before the next full cycle; then
-    that full cycle runs and adds nothing: one final each, the last event,
-    versions 1, 2, 3..."""
+    writes the time as its last act), long before the next cycle; then that
+    cycle runs and adds nothing: one final each, the last event, versions 1, 2,
+    3...  With --follow on Slurm the plan is pushed: after the first full stat,
+    slurmctld answers no job listing (REQUEST_JOB_INFO) at all, only the
+    single-job reads of the refreshes."""
     url, tmp = redis_server.url, hook_env.parent
     logs = open(tmp / "services.log", "ab")
     common = ["--redis", url, "--site", SITE]
@@ -276,6 +286,7 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
             lambda: meta(r, SITE).get("cycles_ok") == "1", timeout=30, what="the first cycle"
         )
         first_cycle = time.monotonic()
+        _cmd("sdiag", "--reset")
         client.subscribe(on_change, user="root", initial=False)
         stamp = str(tmp / "end")
         ok = sbatch("--wrap", f"sleep 2; date +%s.%N > {stamp}.ok", "-J", "follow_ok")
@@ -300,12 +311,17 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
             assert 0 < latency < PUSH_WITHIN, f"job {job_id}: final {latency:.2f}s after its end"
         assert pushed_by - first_cycle < POLL_INTERVAL - 5
 
-        # The reconciliation: the next full cycle runs and ships nothing for them.
+        # The next cycle runs, lists no job and ships nothing for them.
         eventually(
             lambda: meta(r, SITE).get("cycles_ok") == "2", timeout=40, what="the second cycle"
         )
         # the worker has applied whatever that cycle shipped
         eventually(lambda: chunks_not_applied(r) == 0, timeout=30, what="the chunks applied")
+        m = meta(r, SITE)
+        assert (m["pushed"], m["last_tier"], m["cycles_pushed"]) == ("1", "pushed", "1"), m
+        rpcs = sdiag_rpcs()
+        assert rpcs.get("REQUEST_JOB_INFO", (0, 0))[0] == 0, rpcs
+        assert rpcs["REQUEST_JOB_INFO_SINGLE"][0] >= len(ends), rpcs
         assert collector.poll() is None and worker.poll() is None
     finally:
         client.close()
