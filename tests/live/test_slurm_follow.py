@@ -34,6 +34,7 @@ from tests.support.slurm import (
     _cmd,
     assert_lifecycle,
     sbatch,
+    sbatch_sleeper,
     sdiag_rpcs,
     squeue_ids,
 )
@@ -177,7 +178,7 @@ def test_ids_sacct_does_not_know_are_absent_not_a_failure(tmp_path):
         backend.history(["999999"])
 
 
-def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog):
+def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
     """``stat_some``: a running job and a running array task as ``squeue`` shows
     them, a finished job still in ``squeue`` (exit 4), a job ``squeue`` already
     purged from ``sacct`` (exit 6), unknown ids absent; the same fingerprints as
@@ -185,7 +186,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog):
     after it ships nothing more for them."""
     backend = SlurmBackend(timeout=30)
     purged = sbatch("--wrap", "exit 6", "-J", "sts_purged")
-    live = sbatch("--wrap", "sleep 120", "-J", "sts_live")
+    live, live_started = sbatch_sleeper(tmp_path, "-J", "sts_live")
     arr = sbatch("--array=1-2", "--wrap", "sleep 120", "-J", "sts_arr")
     task = f"{arr}_1"
     eventually(lambda: purged not in squeue_ids(), timeout=90, interval=1, what="purged gone")
@@ -235,6 +236,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog):
         assert h.events(job_id) == events, f"a second poke shipped {job_id} again"
 
     # The running job ends: the refresh ships its final, the next cycle nothing.
+    live_started()
     _cmd("scancel", live)
     eventually(
         lambda: backend.stat_some([live])[live]["job_state"] == "CANCELLED",

@@ -242,13 +242,13 @@ def _running(pid: int) -> bool:
     return fields[0] != "Z"
 
 
-def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r):
+def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r, tmp_path):
     """slurmctld going away: failed cycles that change nothing (the probe's
     squeue exits 1; 22.05's squeue --json would still exit 0, with an empty job
     list and an error); it comes back: events resume, and the jobs that ran on
     meanwhile are still the same jobs."""
     h = Harness(r, timeout=30)
-    run = sbatch("--wrap", "sleep 300", "-J", "survivor")
+    run, run_started = sbatch_sleeper(tmp_path, "-J", "survivor")
     held = sbatch("-H", "--wrap", "true", "-J", "held_survivor")
     h.until("jobs seen", lambda: h.seen(run, "running") and h.seen(held, "held"))
     before = r.xlen(K.events)
@@ -274,6 +274,7 @@ def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r):
     assert meta(r, SITE)["consecutive_failures"] == "0"
     assert h.final(run) is None and h.final(held) is None
     assert from_hash(r.hgetall(K.job("root", run)))["state"] == "running"
+    run_started()
     _cmd("scancel", run, held)
     h.until("finals after the restart", lambda: h.final(run) and h.final(held))
     assert_lifecycle(h, run, final=("cancelled", 271), must_see=("running",))
