@@ -30,7 +30,6 @@ that section as the file's last one, put in its place (``--no-write`` only print
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import random
@@ -44,13 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.slurm_polling import cancel_all, sdiag_counts, sh, slurm_held
+from tests.support.procs import stop_process
+from tests.support.slurm import JOBTAP, hook_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Slurm: end of job to SDK callback, follow mode versus polling"
-HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")
 SITE = "slurmfollow"
-JOBTAP = Path(sys.executable).with_name("jobtap")
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -81,48 +80,6 @@ class Phase:
         if not vals:
             return math.nan, math.nan, math.nan
         return percentile(vals, 50), percentile(vals, 99), max(vals)
-
-
-class HookSettings:
-    """/etc/jobtap/slurm-hook.env for the length of a phase; whatever was there
-    before is put back."""
-
-    def __init__(self, url: str | None, log: Path, site: str = SITE):
-        self.url, self.log, self.site = url, log, site
-        self.saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
-        self.made_dir = not HOOK_ENV.parent.exists()
-
-    def __enter__(self) -> HookSettings:
-        if self.url is None:
-            HOOK_ENV.unlink(missing_ok=True)
-        else:
-            HOOK_ENV.parent.mkdir(parents=True, exist_ok=True)
-            HOOK_ENV.write_text(
-                f"# bench.slurm_follow_latency (pid {os.getpid()})\nJOBTAP_SITE={self.site}\n"
-                f"JOBTAP_REDIS={self.url}\nJOBTAP_BIN={JOBTAP}\nJOBTAP_HOOK_LOG={self.log}\n"
-            )
-            HOOK_ENV.chmod(0o600)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.saved is None:
-            HOOK_ENV.unlink(missing_ok=True)
-            if self.made_dir:
-                with contextlib.suppress(OSError):
-                    HOOK_ENV.parent.rmdir()
-        else:
-            HOOK_ENV.write_bytes(self.saved)
-            HOOK_ENV.chmod(0o600)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
@@ -157,7 +114,7 @@ def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
     client = None
     ends: dict[str, Path] = {}
     try:
-        with HookSettings(server.url if follow else None, workdir / "hook.log"):
+        with hook_settings(server.url if follow else None, SITE, workdir / "hook.log"):
             for words in (["worker", *common], argv):
                 procs.append(
                     subprocess.Popen(
@@ -205,7 +162,7 @@ def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
         if client is not None:
             client.close()
         for proc in reversed(procs):
-            _stop(proc)
+            stop_process(proc)
         log.close()
         r.close()
         server.stop()

@@ -57,7 +57,6 @@ from pathlib import Path
 
 import orjson
 
-from bench.slurm_follow_latency import HookSettings
 from bench.slurm_polling import (
     DOC,
     ROOT,
@@ -73,7 +72,7 @@ from jobtap.collector.backends.slurm import SlurmBackend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
-from tests.support.slurm import rpc_stats
+from tests.support.slurm import hook_settings, rpc_stats
 
 HEADING = "## Slurm: the collector against squeue --json every interval"
 PLANS = {
@@ -193,9 +192,8 @@ def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path, plan: s
     service = CollectorService(
         collector, interval=args.interval, backend_name="slurm", follow=follow
     )
-    hook = HookSettings(server.url if follow else None, workdir / "hook.log", site=SITE)
     try:
-        with hook:
+        with hook_settings(server.url if follow else None, SITE, workdir / "hook.log"):
             reset_counters()
             t0 = time.monotonic()
             loop = threading.Thread(target=service.run, daemon=True)

@@ -10,8 +10,6 @@ helpers of tests/support/slurm.py.  The hook alone needs no Slurm.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import sys
 import threading
@@ -27,68 +25,36 @@ from jobtap.collector.fingerprint import fingerprint
 from jobtap.keys import SiteKeys
 from tests.support.paths import ROOT
 from tests.support.pipeline import chunks_not_applied, drain, meta
+from tests.support.procs import stop_process
 from tests.support.reaper import run_reaped
 from tests.support.slurm import (
     SITE,
     Harness,
     _cmd,
     assert_lifecycle,
+    hook_settings,
     sbatch,
     sbatch_sleeper,
     sdiag_rpcs,
     squeue_ids,
+    write_hook_env,
 )
 from tests.support.wait import eventually
 
 K = SiteKeys(SITE)
 HOOK = ROOT / "deploy" / "slurm" / "jobtap-slurmctld-hook.sh"
-HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")  # where the installed hook looks
-JOBTAP = Path(sys.executable).with_name("jobtap")
 POLL_INTERVAL = 30.0  # the collector's full cycles in the follow test
 PUSH_WITHIN = 5.0  # seconds from a job's end to its final, at most
 
 pytestmark = pytest.mark.timeout(900)  # the first test may wait for the lock
 
 
-# The hook's settings ------------------------------------------------------------------
-def write_hook_env(path: Path, url: str, site: str, log: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"# jobtap test {os.getpid()}\nJOBTAP_SITE={site}\nJOBTAP_REDIS={url}\n"
-        f"JOBTAP_BIN={JOBTAP}\nJOBTAP_HOOK_LOG={log}\n"
-    )
-    path.chmod(0o600)
-
-
 @pytest.fixture
 def hook_env(slurm, redis_server, tmp_path):
     """Point the installed hook at this test's Redis (the file of a real set-up,
     if any, is put back afterwards).  Yields the hook's log file."""
-    log = tmp_path / "hook.log"
-    saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
-    made_dir = not HOOK_ENV.parent.exists()
-    write_hook_env(HOOK_ENV, redis_server.url, SITE, log)
-    try:
+    with hook_settings(redis_server.url, SITE, tmp_path / "hook.log") as log:
         yield log
-    finally:
-        if saved is None:
-            HOOK_ENV.unlink(missing_ok=True)
-            if made_dir:
-                with contextlib.suppress(OSError):
-                    HOOK_ENV.parent.rmdir()
-        else:
-            HOOK_ENV.write_bytes(saved)
-            HOOK_ENV.chmod(0o600)
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 # The hook alone (no Slurm needed) ----------------------------------------------------

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.live.test_slurm_follow import stop_process
+from tests.support.procs import stop_process
 
 JOBTAP = Path(sys.executable).with_name("jobtap")
 

@@ -26,10 +26,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.live.test_slurm_follow import HOOK_ENV, write_hook_env
 from tests.psij.support import jobtap_services
 from tests.support.paths import ROOT
-from tests.support.slurm import SITE
+from tests.support.slurm import SITE, hook_settings
 
 HARNESS = Path(__file__).parent / "harness"
 # The executor tests: the sdist's files whose tests take ``execparams``.
@@ -139,25 +138,6 @@ def check_side_by_side(result: SuiteResult) -> float:
     ratio = result.totals[stock] / max(result.totals[ours], 0.001)
     assert ratio >= 2.0, f"jobtap-slurm only {ratio:.1f}x faster:\n{result.table()}"
     return ratio
-
-
-@contextlib.contextmanager
-def hook_settings(url: str, site: str, log: Path) -> Iterator[None]:
-    """Point deploy/slurm's installed hook at ``url``; put back what was there."""
-    saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
-    made_dir = not HOOK_ENV.parent.exists()
-    write_hook_env(HOOK_ENV, url, site, log)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            HOOK_ENV.write_bytes(saved)
-            HOOK_ENV.chmod(0o600)
-        else:
-            HOOK_ENV.unlink(missing_ok=True)
-            if made_dir:
-                with contextlib.suppress(OSError):
-                    HOOK_ENV.parent.rmdir()
 
 
 @contextlib.contextmanager

@@ -4,11 +4,13 @@ collector and a real rq worker against it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,8 @@ RANK = {"queued": 0, "held": 0, "waiting": 0, "running": 1, "suspended": 1, "exi
 RANK.update(dict.fromkeys(TERMINAL, 3))
 LOCK = Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock"))
 LOCK_WAIT = 420  # seconds to wait for another session's turn
+HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")  # where the installed slurmctld hook looks
+JOBTAP = Path(sys.executable).with_name("jobtap")
 
 
 # Slurm -----------------------------------------------------------------------------
@@ -145,6 +149,41 @@ def sbatch_sleeper(marker_dir: Path, *args: str) -> tuple[str, Callable[[], None
         eventually(marker.exists, timeout=60, what=f"job {job_id}'s script starting")
 
     return job_id, started
+
+
+# The slurmctld hook's settings -------------------------------------------------------
+def write_hook_env(path: Path, url: str, site: str, log: Path) -> None:
+    """The hook's settings file: poke ``site`` on ``url`` with this venv's jobtap."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"# jobtap tests and benchmarks (pid {os.getpid()})\nJOBTAP_SITE={site}\n"
+        f"JOBTAP_REDIS={url}\nJOBTAP_BIN={JOBTAP}\nJOBTAP_HOOK_LOG={log}\n"
+    )
+    path.chmod(0o600)
+
+
+@contextlib.contextmanager
+def hook_settings(url: str | None, site: str, log: Path) -> Iterator[Path]:
+    """Point the installed hook (``HOOK_ENV``) at ``url`` for the block (None:
+    no settings file, the hook does nothing); whatever was there before, a
+    real set-up's file included, is put back.  Yields the hook's log file."""
+    saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
+    made_dir = not HOOK_ENV.parent.exists()
+    if url is None:
+        HOOK_ENV.unlink(missing_ok=True)
+    else:
+        write_hook_env(HOOK_ENV, url, site, log)
+    try:
+        yield log
+    finally:
+        if saved is None:
+            HOOK_ENV.unlink(missing_ok=True)
+            if made_dir:
+                with contextlib.suppress(OSError):
+                    HOOK_ENV.parent.rmdir()
+        else:
+            HOOK_ENV.write_bytes(saved)
+            HOOK_ENV.chmod(0o600)
 
 
 # The collector ---------------------------------------------------------------------
