@@ -22,7 +22,6 @@ import copy
 import gzip
 import statistics
 import time
-from pathlib import Path
 
 import orjson
 
@@ -34,26 +33,15 @@ from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk
 from jobtap.workers.metrics import WorkerMetrics, note_in_meta
 from jobtap.workers.service import run_worker, tune_gc
+from tests.support.paths import fixtures_dir
 
 SITE = "bench"
-FIXTURE = Path(__file__).resolve().parents[2] / "shared/fixtures/pbs/bench-5000.qstat-f.json.gz"
+FIXTURE = fixtures_dir() / "pbs" / "bench-5000.qstat-f.json.gz"
 
 
 def sample_natives(n: int) -> list[tuple[str, dict]]:
     """``n`` real PBS job records (the 5,000-job fixture, repeated with new ids)."""
-    if FIXTURE.exists():
-        jobs = list(orjson.loads(gzip.open(FIXTURE).read())["Jobs"].values())
-    else:  # a checkout without ../shared: one record of the same shape
-        jobs = [
-            {
-                "Job_Name": "bench",
-                "Job_Owner": "alice@vm",
-                "job_state": "H",
-                "queue": "workq",
-                "ctime": "Sat Nov 21 14:44:42 2026",
-                "Resource_List": {"ncpus": 1},
-            }
-        ]
+    jobs = list(orjson.loads(gzip.open(FIXTURE).read())["Jobs"].values())
     users = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     out = []
     for i in range(n):

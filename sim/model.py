@@ -3,7 +3,7 @@
 The simulation is the embedded default backend of the demo and the load
 generator of the benchmarks.  It renders its jobs, nodes and queues exactly as
 OpenPBS 23.06 prints them with ``qstat -f -F json``, ``pbsnodes -av -F json``
-and ``qstat -Q -f -F json`` (see ``shared/fixtures/pbs/``), so that whatever
+and ``qstat -Q -f -F json`` (see ``tests/fixtures/pbs/``), so that whatever
 parses a real server parses the simulation unchanged.
 
 This module holds the model: the :class:`Simulation` with its clock and

@@ -7,7 +7,7 @@ starts (:func:`subjob_record`) and is shown as a copy of its parent before
 (:func:`placeholder_record`).  Nodes and queues are rendered when asked
 (:func:`node_record`, :func:`queue_record`).  The documents are the whole
 output of ``qstat -f -F json``, ``pbsnodes -av -F json`` and
-``qstat -Q -f -F json`` (see ``shared/fixtures/pbs/``), so that whatever parses
+``qstat -Q -f -F json`` (see ``tests/fixtures/pbs/``), so that whatever parses
 a real server parses the simulation unchanged.
 """
 

@@ -55,3 +55,24 @@ def collector_state_home(tmp_path, monkeypatch):
     never in /var/lib/jobtap or ~/.local/state, and starts with none."""
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The suite never skips: a skip (a prerequisite test code forgot to
+    require with tests.support.prereq.missing) is reported as a failure that
+    carries its reason, so a bare clone never passes with fewer tests."""
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skipped, and this suite does not skip: {reason}"
+    return report
+
+
+def pytest_collection_modifyitems(items):
+    """Tests of the one real Slurm on this machine run on one xdist worker, one
+    after another (make test: --dist loadgroup); the others spread out."""
+    for item in items:
+        if "slurm" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("slurm"))

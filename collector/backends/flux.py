@@ -2,7 +2,7 @@
 journal for follow mode.
 
 Three layers, as in the PBS backend, so that captured output of a real Flux
-(``../shared/fixtures/flux``, flux-core 0.88) tests the first two:
+(``tests/fixtures/flux``, flux-core 0.88) tests the first two:
 
 * parsers (``parse_flux_jobs``, ``parse_resource_R``, ``parse_resource_list``,
   ``parse_resource_status``, ``parse_queue_list``, ``parse_job_stats``) and the

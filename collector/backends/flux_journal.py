@@ -24,7 +24,7 @@ the collector's; with the two more than a moment apart the listing is used
 more often, never a stale event.
 
 The rules below copy what flux-core 0.88's job-list printed for the captured
-jobs (``../shared/fixtures/flux``: every job's eventlog and final record); the
+jobs (``tests/fixtures/flux``: every job's eventlog and final record); the
 tests rebuild each captured job's final record from its earlier records and its
 journal events, byte for byte.
 """

@@ -2,7 +2,7 @@
 
 OpenPBS ``qstat`` sleeps 200 ms when the same user ran ``qstat`` earlier in the
 same wall-clock second (seen on OpenPBS 23.06.06: ``qstat -f -F json`` of 1,000
-jobs, back to back, went from 181 ms to 401 ms; ``../shared/fixtures/pbs/README.md``).
+jobs, back to back, went from 181 ms to 401 ms; ``tests/fixtures/pbs/README.md``).
 A collector that runs ``qstat`` twice in a cycle (the live stat, then the history
 of the jobs that left it) or refreshes poked jobs in quick succession would pay
 those 200 ms again and again.

@@ -496,7 +496,7 @@ def qselect_time(seconds: float, tz: str | None = None) -> str:
 
 def parse_qselect(raw: bytes | str) -> list[str]:
     """``qselect`` -> the job ids it printed, one a line (none: nothing
-    matched, as ``../shared/fixtures/pbs/probe/qselect-empty.txt``).  A line
+    matched, as ``tests/fixtures/pbs/probe/qselect-empty.txt``).  A line
     that is not a job id (``1149.vm``, ``1154[].vm``, ``1154[2].vm``) raises
     :class:`StatError`: a garbled probe changes nothing."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
@@ -589,7 +589,7 @@ class PBSBackend(CommandBackend):
         """The cheap probe: ``qselect -x -t m.gt.T`` with ``T = since - overlap``
         (in the server's zone, whole seconds): the jobs whose record changed
         after T, live or finished (``-x``), array parents but not their
-        subjobs (``../shared/fixtures/pbs/probe``: without ``-T`` it prints
+        subjobs (``tests/fixtures/pbs/probe``: without ``-T`` it prints
         ``1154[].vm``; the targeted stat's ``-t`` brings the subjobs of a named
         array).  A job that was submitted, ran and ended between two probes
         is among them: its mtime moved, and ``-x`` shows it finished.  With
@@ -625,7 +625,7 @@ class PBSBackend(CommandBackend):
         88-117 s (the ports ran out past ~400 and each retry waited 1 s), against
         0.23 s with ``-E`` (issue 11).  With ``-E`` an unknown id is left out
         silently (exit status 0); without it qstat says "Unknown Job Id" and
-        exits 153 (``../shared/fixtures/pbs/probe``).
+        exits 153 (``tests/fixtures/pbs/probe``).
 
         Some OpenPBS builds print only the first of several jobs in JSON
         (openpbs/openpbs#2672).  When several ids were asked and exactly one

@@ -24,8 +24,6 @@ from tests.support.pipeline import FakePBS, drain, site_events
 FIXTURES = fixtures_dir() / "pbs"
 SITE = "pbshist"
 
-if not (FIXTURES / "job-ids.txt").exists():
-    pytest.skip(f"PBS fixtures not found in {FIXTURES}", allow_module_level=True)
 
 
 def calls(log: Path) -> list[dict]:

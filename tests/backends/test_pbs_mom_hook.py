@@ -50,7 +50,7 @@ def test_a_database_number_is_selected(tmp_path, redis_server):
 @pytest.mark.parametrize(
     ("url", "extra", "message"),
     [
-        (f"redis://127.0.0.1:{free_port()}/0", {}, "refused"),  # Redis away
+        ("redis://127.0.0.1:{free}/0", {}, "refused"),  # Redis away
         ("redis://poker:wrong@127.0.0.1:{port}/0", {}, "WRONGPASS"),
         ("rediss://127.0.0.1:{port}/0", {}, "plain redis:// only"),
         ("redis://127.0.0.1:{port}/0", {"stream": ""}, "no poke stream"),
@@ -60,7 +60,7 @@ def test_a_database_number_is_selected(tmp_path, redis_server):
 )  # fmt: skip
 def test_failures_are_logged_and_the_event_accepted(tmp_path, redis_server, poker_url, r,
                                                      url, extra, message):  # fmt: skip
-    conf = config(url.format(port=redis_server.port), **extra)
+    conf = config(url.format(port=redis_server.port, free=free_port()), **extra)
     run = run_hook(conf, tmp_path / "hook.json", "EXECJOB_EPILOGUE", "44.server")
     assert run.accepted == [True]
     assert len(run.logged) == 1 and message in run.logged[0], run.logged

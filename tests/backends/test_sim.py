@@ -8,7 +8,6 @@ agrees with its own records.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import time
 from collections import Counter
@@ -24,7 +23,6 @@ from jobtap.sim.model import START
 from jobtap.sim.pbs import EXIT_NODE_FAIL, EXIT_QDEL, EXIT_WALLTIME, SERVER
 from jobtap.sim.truth import pbs_state
 
-HAVE_PBS = importlib.util.find_spec("jobtap.collector.backends.pbs") is not None
 PBS_TIME = "%a %b %d %H:%M:%S %Y"
 STEP = 60.0
 HOURS = 4
@@ -394,7 +392,6 @@ def test_backend_tick():
     assert set(backend.stat_queues()) == {"workq", "bigq"}
 
 
-@pytest.mark.skipif(not HAVE_PBS, reason="collector/backends/pbs.py not there yet")
 def test_backend_normalises_with_the_pbs_functions(run: Run):
     backend = SimBackend(simulation=run.sim, tick=0)
     sim = run.sim

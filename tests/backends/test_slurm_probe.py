@@ -1,10 +1,8 @@
 """The Slurm backend's probe and targeted-stat parsers against output captured
-from a real Slurm 22.05.8 (tests/backends/data/slurm/README.txt says how), and
+from a real Slurm 22.05.8 (tests/fixtures/slurm/probe/README.md says how), and
 what they refuse."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +17,7 @@ from jobtap.collector.backends.slurm import (
 )
 from tests.support.paths import fixtures_dir
 
-DATA = Path(__file__).with_name("data") / "slurm"
+DATA = fixtures_dir() / "slurm" / "probe"
 
 
 def test_probe_lines_are_keyed_like_squeue_json():
@@ -93,8 +91,6 @@ def test_without_slurmrestd_a_targeted_stat_is_one_listing(tmp_path):
     (squeue here is a script that prints a captured squeue --json)."""
     squeue = tmp_path / "squeue"
     fixture = fixtures_dir() / "slurm" / "squeue-mixed.json"
-    if not fixture.is_file():
-        pytest.skip(f"Slurm fixtures not found at {fixture}")
     squeue.write_text(f"#!/bin/sh\ncat {fixture}\n")
     squeue.chmod(0o755)
     backend = SlurmBackend(squeue=str(squeue), slurmrestd=str(tmp_path / "no-slurmrestd"),

@@ -12,22 +12,18 @@ from tests.support.pipeline import FakePBS
 
 @pytest.fixture
 def pbs(tmp_path, monkeypatch):
-    """tests/fakes' qstat and pbsnodes, replaying ../shared/fixtures/pbs."""
+    """tests/fakes' qstat and pbsnodes, replaying tests/fixtures/pbs."""
     fixtures = fixtures_dir() / "pbs"
-    if not fixtures.is_dir():
-        pytest.skip(f"PBS fixtures not found at {fixtures} (set JOBTAP_FIXTURES)")
     return FakePBS(tmp_path, fixtures, monkeypatch)
 
 
 @pytest.fixture
 def flux(tmp_path, monkeypatch):
-    """A Flux backend on tests/fakes' flux, replaying ../shared/fixtures/flux at its
+    """A Flux backend on tests/fakes' flux, replaying tests/fixtures/flux at its
     last stage (its journal reader replays the captured events, then ends)."""
     from jobtap.collector.backends.flux import FluxBackend
 
     fixtures = fixtures_dir() / "flux"
-    if not fixtures.is_dir():
-        pytest.skip(f"Flux fixtures not found at {fixtures}")
     control = tmp_path / "fake-flux.json"
     control.write_text(json.dumps({"dir": str(fixtures), "mode": "ok", "stage": "07-final"}))
     monkeypatch.setenv("JOBTAP_FAKE_FLUX", str(control))

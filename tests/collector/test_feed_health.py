@@ -25,8 +25,6 @@ FIXTURES = fixtures_dir() / "flux"
 SITE = "feedhealth"
 K = SiteKeys(SITE)
 
-if not (FIXTURES / "journal.consumer.jsonl").exists():
-    pytest.skip(f"Flux fixtures not found in {FIXTURES}", allow_module_level=True)
 
 
 @pytest.fixture

@@ -169,8 +169,6 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
     from jobtap.collector.backends.pbs import normalise_job
 
     base = fixtures_dir() / "pbs"
-    if not base.is_dir():
-        pytest.skip(f"PBS fixtures not found at {base}")
     running = orjson.loads((base / "10-busy.qstat-f.json").read_bytes())["Jobs"]["1.vm"]
     done = orjson.loads((base / "80-final.qstat-f-x.json").read_bytes())["Jobs"]["1.vm"]
     exiting = dict(copy.deepcopy(running), job_state="E", substate=50)

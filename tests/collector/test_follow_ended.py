@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from jobtap.collector.cycle import Collector
 from jobtap.collector.follow import PokeReader, poke
 from jobtap.collector.service import CollectorService
@@ -24,8 +22,6 @@ FIXTURES = fixtures_dir() / "pbs"
 SITE = "pbsended"
 K = SiteKeys(SITE)
 
-if not (FIXTURES / "job-ids.txt").exists():
-    pytest.skip(f"PBS fixtures not found in {FIXTURES}", allow_module_level=True)
 
 
 def service(fake: FakePBS, r) -> CollectorService:

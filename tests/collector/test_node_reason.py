@@ -52,8 +52,6 @@ class ScriptedPBS:
 @pytest.fixture
 def scripted():
     base = fixtures_dir() / "pbs"
-    if not base.is_dir():
-        pytest.skip(f"PBS fixtures not found at {base}")
     jobs = orjson.loads((base / "10-busy.qstat-f.json").read_bytes())["Jobs"]
     nodes = orjson.loads((base / "10-busy.pbsnodes-av.json").read_bytes())["nodes"]
     return ScriptedPBS({"1.vm": jobs["1.vm"], "3.vm": jobs["3.vm"]}, nodes)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A test-only stand-in for the ``flux`` command that replays real captured
-output of flux-core 0.88 (``../shared/fixtures/flux``), so the Flux backend can
+output of flux-core 0.88 (``tests/fixtures/flux``), so the Flux backend can
 be tested end to end without a Flux instance.  Standard library only.
 
 Run as ``flux_standin.py ARGS...`` (what ``tests/fakes/bin/flux`` does).  The

@@ -6,7 +6,7 @@ server writes what real ``qstat -f -F json`` and ``qstat -f -F json -x`` would p
 as a stage of the ``qstat`` stand-in (``pbs_standin.py``), which serves it.
 Standard library only.
 
-What it copies from the real OpenPBS 23.06.06 of ``../shared/fixtures/pbs``:
+What it copies from the real OpenPBS 23.06.06 of ``tests/fixtures/pbs``:
 
 * job records: each one is a copy of a captured record in the same state (queued
   ``3.vm`` and running ``1.vm`` of ``10-busy``; of ``80-final``: finished ``0.vm``,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A test-only stand-in for OpenPBS ``qstat`` and ``pbsnodes`` that replays real
-captured output (``../shared/fixtures/pbs``), so the PBS backend can be tested
+captured output (``tests/fixtures/pbs``), so the PBS backend can be tested
 end to end without a server.
 
 Run as ``pbs_standin.py qstat ARGS...`` / ``pbs_standin.py pbsnodes ARGS...``
@@ -34,7 +34,7 @@ Modes:
 
 ``-E`` (``qstat -E -x -f -F json -t ids...``): one request for all the ids;
 unknown ids are left out silently and the exit status is 0, as the real qstat
-does (``../shared/fixtures/pbs/probe/qstat-E-x-f-json-t.ids.json``, rc=0, empty
+does (``tests/fixtures/pbs/probe/qstat-E-x-f-json-t.ids.json``, rc=0, empty
 stderr, for ``99999.vm`` unknown; without ``-E``: ``qstat-x-f-json-t.ids-noE.*``,
 rc=153 and "qstat: Unknown Job Id 99999.vm").
 
@@ -50,7 +50,7 @@ costs below).
 
 Costs (``"costs"``: ``{"scale": S}``, default 1 = real time; ``false`` = none).
 There is no server here, so the costs copy what a real OpenPBS 23.06.06 showed
-(issue 11 and ``../shared/fixtures/pbs/README.md``); each is multiplied by S:
+(issue 11 and ``tests/fixtures/pbs/README.md``); each is multiplied by S:
 
 * qstat sleeps 200 ms when the same user (uid) ran qstat earlier in the same
   wall-clock second (measured: ``qstat -f -F json`` of 1,000 jobs, back to

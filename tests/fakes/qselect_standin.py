@@ -4,7 +4,7 @@ backend's probe, answering from the same server state as the qstat stand-in
 (``pbs_standin.py``, control file ``JOBTAP_FAKE_PBS``).  Standard library only.
 
 What it copies from the real qselect of OpenPBS 23.06.06, captured with the
-exact commands in ``../shared/fixtures/pbs/probe/README.txt``:
+exact commands in ``tests/fixtures/pbs/probe/README.md``:
 
 * it prints the ids of the jobs whose ``mtime`` is after TIME, one a line, in
   job id order, and nothing at all (exit status 0) when none matches

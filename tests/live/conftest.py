@@ -16,16 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import LOCK, LOCK_WAIT, STOP, _start_slurm, cancel_everything, cannot_run
+from tests.support.prereq import missing
+from tests.support.slurm import LOCK, LOCK_WAIT, STOP, _start_slurm, cancel_everything
 
 
 @pytest.fixture(scope="session")
 def slurm():
-    """A running single-host Slurm, or a skip that says why there is none."""
+    """A running single-host Slurm, or a failure that says why there is none."""
     if os.geteuid() != 0:
-        pytest.skip("Slurm tests need root: deploy/slurm/start.sh installs and starts daemons")
+        missing("Slurm tests need root: deploy/slurm/start.sh installs and starts daemons")
     if not Path("/usr/bin/apt-get").exists() and not Path("/usr/sbin/slurmctld").exists():
-        pytest.skip("Slurm tests need Debian 12 (apt-get) or Slurm 22.05 installed")
+        missing("Slurm tests need Debian 12 (apt-get) or Slurm 22.05 installed")
     lock = open(LOCK, "a")  # held for the whole session
     t0 = time.monotonic()
     while True:
@@ -35,7 +36,7 @@ def slurm():
         except BlockingIOError:
             if time.monotonic() - t0 > LOCK_WAIT:
                 lock.close()
-                cannot_run(f"another session has held the Slurm lock {LOCK} for {LOCK_WAIT}s")
+                missing(f"another session has held the Slurm lock {LOCK} for {LOCK_WAIT}s")
             time.sleep(1)
     if time.monotonic() - t0 > 1:
         print(f"\nwaited {time.monotonic() - t0:.0f}s for another session's Slurm tests")
@@ -44,11 +45,11 @@ def slurm():
         proc = _start_slurm()
     except subprocess.TimeoutExpired:
         lock.close()
-        cannot_run("deploy/slurm/start.sh did not finish within 300 s")
+        missing("deploy/slurm/start.sh did not finish within 300 s")
     if proc.returncode != 0:
         lock.close()
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-        cannot_run(f"Slurm could not start (deploy/slurm/start.sh exit {proc.returncode}): {tail}")
+        missing(f"Slurm could not start (deploy/slurm/start.sh exit {proc.returncode}): {tail}")
     started_here = "already running" not in proc.stdout
     print(f"\nSlurm ready in {time.monotonic() - t0:.1f}s: {proc.stdout.strip().splitlines()[-1]}")
     try:

@@ -1,16 +1,17 @@
-"""Where things are: the repository, the test stand-ins, the real schedulers'
-captured output (``../shared/fixtures`` beside the checkout, or
-``$JOBTAP_FIXTURES``)."""
+"""Where things are: the repository, the test stand-ins, and the real
+schedulers' captured output (``tests/fixtures/{pbs,slurm,flux}``, each with a
+README that says which server and which command produced every file)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"
 FAKE_BIN = FAKES / "bin"
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def fixtures_dir() -> Path:
-    return Path(os.environ.get("JOBTAP_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    """The captures: part of the repository, so a bare clone has them all."""
+    return FIXTURES

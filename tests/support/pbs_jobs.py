@@ -1,5 +1,5 @@
 """Many PBS jobs at once, for tests and benchmarks of the history path: copies of
-one real record (``../shared/fixtures/pbs``) under new ids, written as the
+one real record (``tests/fixtures/pbs``) under new ids, written as the
 document ``qstat -f -F json`` prints."""
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-
 from jobtap.collector.backends.slurm import SlurmBackend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
@@ -57,13 +55,6 @@ def _start_slurm() -> subprocess.CompletedProcess:
         timeout=300,
         stdin=subprocess.DEVNULL,
     )
-
-
-def cannot_run(reason: str) -> None:
-    """Skip with the reason; in CI (where these tests must run) fail instead."""
-    if os.environ.get("CI"):
-        pytest.fail(f"Slurm tests must run in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def squeue_ids() -> set[str]:

@@ -1,6 +1,6 @@
 """A test-only stand-in for Flux's Python bindings: the part the journal reader
 (collector/backends/journal_reader/flux_journal_reader.py) uses, replaying the
-journal captured on flux-core 0.88 (``../shared/fixtures/flux/journal.*.jsonl``).
+journal captured on flux-core 0.88 (``tests/fixtures/flux/journal.*.jsonl``).
 
 ``tests/fakes/flux_standin.py`` puts this folder on ``PYTHONPATH`` for ``flux
 python`` as the real ``flux`` command puts its bindings there; nothing else of
