@@ -28,6 +28,7 @@ from tests.support.pipeline import chunks_not_applied, drain, meta
 from tests.support.procs import stop_process
 from tests.support.reaper import run_reaped
 from tests.support.slurm import (
+    KILLED_BY_SIGTERM,
     SITE,
     Harness,
     _cmd,
@@ -213,7 +214,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
     assert h.collector.refresh([live]).counts["changed"] == 1
     drain(r, SITE)
     assert h.cycle()
-    assert_lifecycle(h, live, final=("cancelled", 271), reason=None)
+    assert_lifecycle(h, live, final=("cancelled", KILLED_BY_SIGTERM), reason=None)
     assert len(h.events(live)) == 2
 
 

@@ -24,6 +24,7 @@ from jobtap.collector.plan import RECONCILE
 from jobtap.schema import from_hash
 from tests.support.pipeline import drain, meta
 from tests.support.slurm import (
+    KILLED_BY_SIGTERM,
     NODES,
     SITE,
     STATE_DIR,
@@ -85,7 +86,7 @@ def test_real_jobs_reach_one_exact_final(clean, r, tmp_path):
 
     assert_lifecycle(h, ok, final=("completed", 0), must_see=("running",), reason=None)
     assert_lifecycle(h, fail, final=("failed", 3), must_see=("running",), reason="NonZeroExitCode")
-    assert_lifecycle(h, crun, final=("cancelled", 271), must_see=("running",))
+    assert_lifecycle(h, crun, final=("cancelled", KILLED_BY_SIGTERM), must_see=("running",))
     states = assert_lifecycle(h, cpend, final=("cancelled", None), must_see=("queued",))
     assert "running" not in states
     assert h.events(cpend)[0]["record"]["reason"] == "Dependency"
@@ -129,7 +130,7 @@ def test_job_purged_between_two_cycles_gets_its_final_from_history(clean, r, tmp
     )
     assert h.cycle()
     assert_lifecycle(h, fail, final=("failed", 7), reason="NonZeroExitCode")
-    assert_lifecycle(h, crun, final=("cancelled", 271), reason="cancelled by root")
+    assert_lifecycle(h, crun, final=("cancelled", KILLED_BY_SIGTERM), reason="cancelled by root")
     assert_lifecycle(h, task, final=("failed", 5), reason="NonZeroExitCode")
     for job_id in (fail, crun, task):
         native = h.final(job_id)["native"]
@@ -277,5 +278,5 @@ def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r, t
     run_started()
     _cmd("scancel", run, held)
     h.until("finals after the restart", lambda: h.final(run) and h.final(held))
-    assert_lifecycle(h, run, final=("cancelled", 271), must_see=("running",))
+    assert_lifecycle(h, run, final=("cancelled", KILLED_BY_SIGTERM), must_see=("running",))
     assert_lifecycle(h, held, final=("cancelled", None), must_see=("held",))
