@@ -1,16 +1,14 @@
 """PSI/J's own executor tests on the real Slurm of deploy/slurm/start.sh
-(MinJobAge 10 s), with PSI/J's stock ``slurm`` executor and ``jobtap-slurm`` side
-by side; jobtap runs in follow mode (the slurmctld hook pokes, ``jobtap collector
---follow``, ``jobtap worker``) on a real redis-server.
+(MinJobAge 10 s), with ``jobtap-slurm``; jobtap runs in follow mode (the
+slurmctld hook pokes, ``jobtap collector --follow``, ``jobtap worker``) on a real
+redis-server.
 
-``make test`` runs a representative part of the suite (the full one is
-``python -m bench.psij_suite``): the tests bound by the stock executor's 30-s poll
-and ``test_cancel``, which the stock executor fails here (the cancelled job is
-purged from ``squeue`` between two polls and reported COMPLETED).  Every test the
-stock executor passes must pass with ``jobtap-slurm``, ``test_cancel`` too, and
-``jobtap-slurm``'s column must take at most half the time.  That ratio is not a
-timing of this machine: the stock column waits for poll intervals (30 s) by design,
-the other for pushed events (about a second).
+``make test`` runs a representative part of the suite with ``jobtap-slurm`` only:
+the tests bound by the stock executor's 30-s poll and ``test_cancel``, which the
+stock executor fails here (the cancelled job is purged from ``squeue`` between two
+polls and reported COMPLETED); every one must pass.  The comparison with PSI/J's
+stock ``slurm`` executor (2.5 minutes of its 30-s polls for this part alone) is a
+benchmark: ``python -m bench.psij_suite`` runs both side by side on the whole suite.
 
 The other tests here use Slurm through ``jobtap-slurm`` in this process: a reused
 job id (jobtap holding an older job's final) and ``sacct`` for jobs that left
@@ -27,7 +25,7 @@ from psij import Job, JobSpec, JobState
 from tests.psij.support import new_executor
 from tests.psij.upstream import (
     EXECUTORS,
-    check_side_by_side,
+    check_all_passed,
     jobtap_on_slurm,
     prepare,
     run_suite,
@@ -46,17 +44,17 @@ SUBSET = (
     "test_executor.py::test_list",
 )
 WAIT = timedelta(seconds=60)
+JOBTAP_SLURM = EXECUTORS[1]
 
 pytestmark = pytest.mark.timeout(900)  # the first test may wait for the Slurm lock
 
 
-def test_psij_executor_tests_side_by_side(clean, redis_server, tmp_path):
+def test_psij_executor_tests_pass_with_jobtap_slurm(clean, redis_server, tmp_path):
     run_dir = prepare(tmp_path / "psij-tests", sdist_tests())
     with jobtap_on_slurm(redis_server.url, tmp_path) as env:
-        result = run_suite(run_dir, EXECUTORS, SUBSET, env=env, timeout=600)
+        result = run_suite(run_dir, [JOBTAP_SLURM], SUBSET, env=env, timeout=600)
     print("\n" + result.table())
-    ratio = check_side_by_side(result)
-    print(f"jobtap-slurm: {ratio:.1f}x faster than slurm on these tests")
+    check_all_passed(result, JOBTAP_SLURM)
 
 
 def test_a_reused_id_does_not_hand_the_old_final_to_the_new_job(clean, r, redis_server, tmp_path):

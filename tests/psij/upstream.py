@@ -140,6 +140,13 @@ def check_side_by_side(result: SuiteResult) -> float:
     return ratio
 
 
+def check_all_passed(result: SuiteResult, executor: str = EXECUTORS[1]) -> None:
+    """Every selected test ran on ``executor`` and passed (test_cancel included,
+    which the stock executor fails here)."""
+    failed = {t: r.get(executor, {}).get("outcome") for t, r in result.tests.items()}
+    assert failed and all(o == "passed" for o in failed.values()), (failed, result.table())
+
+
 @contextlib.contextmanager
 def jobtap_on_slurm(url: str, log_dir: Path, interval: float = 5.0) -> Iterator[dict[str, str]]:
     """jobtap in follow mode on the running Slurm: the slurmctld hook pokes
