@@ -61,7 +61,6 @@ FIXTURES = fixtures_dir() / "flux"
 FAKE_FLUX = FAKES / "bin" / "flux"
 
 
-
 ADDED_LATER = {"site", "version", "updated_at"}
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$")
 STAGES = tuple(sorted(p.name[5:-5] for p in FIXTURES.glob("jobs-*.json")))

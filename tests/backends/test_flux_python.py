@@ -22,7 +22,6 @@ FIXTURES = fixtures_dir() / "flux"
 FLUX = str(FAKE_BIN / "flux")
 
 
-
 @pytest.fixture
 def control(tmp_path, monkeypatch):
     return fake_flux(tmp_path, monkeypatch)

@@ -25,7 +25,6 @@ FIXTURES = fixtures_dir() / "pbs"
 SITE = "pbshist"
 
 
-
 def calls(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 

@@ -26,7 +26,6 @@ SITE = "feedhealth"
 K = SiteKeys(SITE)
 
 
-
 @pytest.fixture
 def flux(tmp_path, monkeypatch):
     return fake_flux(tmp_path, monkeypatch, stage="07-final")

@@ -23,7 +23,6 @@ SITE = "pbsended"
 K = SiteKeys(SITE)
 
 
-
 def service(fake: FakePBS, r) -> CollectorService:
     svc = CollectorService(Collector(fake.backend(), r, site=SITE, nodes_every=10**6),
                            interval=3600, follow=True)  # fmt: skip
