@@ -8,6 +8,9 @@ import pytest
 
 from jobtap.cli.localredis import RedisServer
 
+# The suite never skips (tests/support/noskip.py).
+pytest_plugins = ["tests.support.noskip"]
+
 
 @pytest.fixture
 def redis_server(tmp_path):
@@ -55,19 +58,6 @@ def collector_state_home(tmp_path, monkeypatch):
     never in /var/lib/jobtap or ~/.local/state, and starts with none."""
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    """The suite never skips: a skip (a prerequisite test code forgot to
-    require with tests.support.prereq.missing) is reported as a failure that
-    carries its reason, so a bare clone never passes with fewer tests."""
-    report = yield
-    if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = f"skipped, and this suite does not skip: {reason}"
-    return report
 
 
 def pytest_collection_modifyitems(items):
