@@ -11,13 +11,16 @@ safe to apply in any order and on retry:
 - a job whose ``final`` event went out is never changed again;
 - a record equal to the stored one bumps nothing and emits nothing.
 
-The same script first makes sure of the site's epoch (``epoch.lua``): if Redis
-lost data since the worker made its events, a new epoch begins, nothing is
-written, and the worker makes the events again for the new epoch, where
-versions count from 1.  If Redis goes away in the middle of a chunk, the worker
-waits for it (``Settings.redis_wait``) and applies the chunk again from the
-start: what was written already is skipped by the cycle check, so the chunk is
-finished, never half-applied.
+The same script first makes sure of the site's epoch (``epoch.lua``): each
+batch is sent with the epoch its events were made for (``_Plan.epoch``); if the
+site is in another one (Redis lost data since, and a new epoch began), nothing
+is written and the worker makes the events again for the new epoch, where
+versions count from 1.  A batch planned before the worker learnt of the new
+epoch (the next batch is planned while Redis runs the current one) is refused
+and made again the same way.  If Redis goes away in the middle of a chunk, the
+worker waits for it (``Settings.redis_wait``) and applies the chunk again from
+the start: what was written already is skipped by the cycle check, so the chunk
+is finished, never half-applied.
 
 A job whose first record has already ended (it was submitted, ran and ended
 between two stats) gets two events, ``new`` (version 1) then ``final``
@@ -259,9 +262,11 @@ class Applier:
                         totals[item.etype] = totals.get(item.etype, 0) + 1
                 return
             if outcome is not None:
-                if outcome == "epoch":  # a new epoch began: make the events again
+                if outcome == "epoch":  # the events were made for another epoch: remake them
                     new = _s(reply[1])
-                    log.warning("site %s: epoch %s began; events are made for it", keys.site, new)
+                    if new != self.epochs.get(keys.site):
+                        log.warning("site %s: epoch %s began; events are made for it",
+                                    keys.site, new)  # fmt: skip
                     self.epochs[keys.site] = new
                 else:  # another worker wrote one of these objects: read again
                     totals["conflicts"] += 1
@@ -328,21 +333,30 @@ class Applier:
         return owners
 
     def _plan(self, keys: SiteKeys, chunk: Chunk, reads: list[tuple]) -> _Plan:
-        plan = _Plan()
+        """The batch's writes and events, made for the epoch the worker believes
+        in now; the plan keeps that epoch, which the script is sent with."""
+        plan = _Plan(self.epochs[keys.site])
         for it, user, okey, stored in reads:
             if okey is None or _stale(chunk, it, stored):  # nothing to do for this one
                 plan.skipped += 1
                 continue
-            for item in self._diff(keys, chunk, it, user, okey, stored):
+            for item in self._diff(keys, chunk, it, user, okey, stored, plan.epoch):
                 plan.add(item)
         return plan
 
     def _diff(
-        self, keys: SiteKeys, chunk: Chunk, it: Item, user: str | None, okey: str, stored: dict
+        self,
+        keys: SiteKeys,
+        chunk: Chunk,
+        it: Item,
+        user: str | None,
+        okey: str,
+        stored: dict,
+        epoch: str,
     ) -> list[_Item]:
-        """What writing ``it`` over ``stored`` takes: the fields, the event(s), where."""
+        """What writing ``it`` over ``stored`` in ``epoch`` takes: the fields,
+        the event(s), where."""
         kind, oid, op = chunk.kind, it["id"], it["op"]
-        epoch = self.epochs[keys.site]
         new, record = _new_record(chunk, it, stored)
         changes = _changes(stored, new, record) if op != REMOVE else {}
         expected = _identity(stored)
@@ -424,7 +438,7 @@ class Applier:
             min_id,
             keys.all_channel,
             len(plan.items),
-            self.epochs[keys.site],
+            plan.epoch,  # the epoch the events carry, not the one believed in now
             *epoch_args(chunk.cycle),
             self.publish,
         ]
@@ -484,7 +498,11 @@ class _Item:
 
 
 class _Plan:
-    def __init__(self) -> None:
+    """One batch's writes, with the epoch their events were made for: the
+    script writes them only if the site is in that epoch."""
+
+    def __init__(self, epoch: str) -> None:
+        self.epoch = epoch
         self.items: list[_Item] = []
         self.skipped = 0
 

@@ -39,8 +39,12 @@ local function ensure_epoch(meta, seen, owner, token, at)
     redis.call('HINCRBY', meta, 'epochs', 1)
   end
   -- The collector raises the counter to its own last cycle (so that no chunk it
-  -- ships is ever ahead of meta); a worker only when meta was behind.
-  if seen > 0 and (stored == nil or stored < seen) and (owner or cause == 'behind') then
+  -- ships is ever ahead of meta); a worker only when it began an epoch and meta
+  -- counts cycles but fewer than its chunk's ('behind', or a 'restart' onto an
+  -- older snapshot: left behind, the next write would begin yet another epoch).
+  -- Where no collector counts cycles (stored nil), a worker never starts the count.
+  if seen > 0 and (stored == nil or stored < seen)
+      and (owner or (cause ~= '' and stored ~= nil)) then
     redis.call('HSET', meta, 'cycle', seen)
     stored = seen
   end
