@@ -10,6 +10,9 @@ helpers of tests/support/slurm.py.  The hook alone needs no Slurm.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -114,6 +117,44 @@ def test_hook_pokes_in_the_background_and_always_exits_0(redis_server, r, tmp_pa
     assert proc.returncode == 0 and took < 1.0
     eventually(lambda: "not delivered" in log.read_text(), timeout=20, what="the complaint")
     assert sorted(pokes(r)) == ["20_3", "41"]
+
+
+def run_like_slurmscriptd(env_file: Path, job_id: str) -> int:
+    """Run the hook the way 22.05's slurmscriptd does (src/common/run_command.c):
+    in a process group of its own, its output read until every copy of the
+    pipe is closed, then ``killpg(SIGTERM)``, 10 ms, ``killpg(SIGKILL)``: any
+    process still in the script's group when its output closes dies.  Returns
+    the hook's exit status."""
+    env = {"PATH": "/usr/bin:/bin", "JOBTAP_HOOK_ENV": str(env_file), "SLURM_JOB_ID": job_id}
+    proc = subprocess.Popen(
+        ["bash", str(HOOK)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, process_group=0,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.read()  # EOF: the script and every copy of its output closed
+    for sig, pause in ((signal.SIGTERM, 0.01), (signal.SIGKILL, 0.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        time.sleep(pause)
+    return proc.wait()
+
+
+def test_no_poke_is_lost_when_slurmscriptd_kills_the_script_group(redis_server, r, tmp_path):
+    """slurmscriptd kills the script's process group once its output closes.
+    The background poke must have left that group before it lets go of the
+    output (setsid first, then the redirections), or a poke that had not
+    reached setsid yet dies with the group: in a 300-job burst before the
+    fix, 5% of the pokes were lost that way (the prolog and epilog ran, the
+    poke never started)."""
+    env_file = tmp_path / "slurm-hook.env"
+    write_hook_env(env_file, redis_server.url, SITE, tmp_path / "hook.log")
+    runs = [str(1000 + i) for i in range(40)]
+    for job_id in runs:
+        assert run_like_slurmscriptd(env_file, job_id) == 0
+    # Every poke that survived the kill was started before the kill; wait for
+    # them, then none may be missing.
+    eventually(lambda: len(pokes(r)) >= len(runs), timeout=60, what="every poke")
+    assert sorted(pokes(r)) == sorted(runs)
 
 
 # The backend's targeted stat ---------------------------------------------------------
