@@ -14,7 +14,7 @@ a subscription).  Every error raised is a :class:`JobtapError`.
 
 ``jobtap.aio`` has the same API for asyncio.  The submodules ``jobtap.keys``,
 ``jobtap.schema`` and ``jobtap.events`` are the contract with the writers (key names,
-the normalised record, the event).
+the normalised record, the event).  ``jobtap.__version__`` is the installed version.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers: `X as X` marks each name as exported
+    __version__: str
     from .client import Client as Client
     from .credentials import Credentials as Credentials
     from .errors import AuthenticationFailed as AuthenticationFailed
@@ -83,6 +84,11 @@ __all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the installed distribution's (pyproject.toml's) version
+        from importlib.metadata import version
+
+        globals()[name] = value = version("jobtap")
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'jobtap' has no attribute {name!r}")
