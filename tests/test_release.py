@@ -1,0 +1,178 @@
+"""jobtap as a release ships it: ``python -m build`` makes an sdist and, from it, a
+wheel, with no setuptools warning; the wheel holds ``jobtap/`` (with its data) and
+``psij-descriptors/`` and nothing else; installed into a fresh venv with its
+dependencies (plain, and with the [psij] extra) it imports, says its version, keeps
+``import jobtap`` light and lets PSI/J find its executors.
+
+The sdist carries what a build needs (pyproject.toml, README.md, the package
+folders) and not the test suite: it needs what no Python distribution holds (real
+redis-server, Slurm, tmux, Prometheus, the stand-ins and captures under tests/,
+deploy/'s scripts) and runs from a clone (`make test`).  Only the top-level
+tests/test*.py files that setuptools adds to every sdist by default come along.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+
+import pytest
+
+from tests.psij.test_psij_parts import IMPORTS as PSIJ_PROBE
+from tests.support.paths import ROOT
+from tests.support.release import Dists, Venv, build_dists, heavy, loaded_after, version
+
+# one worker builds and installs once (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("release")
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory) -> Dists:
+    return build_dists(tmp_path_factory.mktemp("release"))
+
+
+@pytest.fixture(scope="module")
+def plain(dists, tmp_path_factory) -> Venv:
+    """A fresh venv after `pip install jobtap` (the wheel, with its dependencies)."""
+    venv = Venv.create(tmp_path_factory.mktemp("plain") / "venv")
+    venv.install(dists.wheel)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def with_psij(dists, tmp_path_factory) -> Venv:
+    """A fresh venv after `pip install 'jobtap[psij]'`."""
+    venv = Venv.create(tmp_path_factory.mktemp("psij") / "venv")
+    venv.install(dists.wheel, extras=("psij",))
+    return venv
+
+
+def test_the_build_warns_of_nothing_and_makes_the_wheel_from_the_sdist(dists):
+    assert dists.warnings() == []
+    assert "Building wheel from sdist" in dists.log
+    v = version()
+    assert (dists.sdist.name, dists.wheel.name) == (
+        f"jobtap-{v}.tar.gz",
+        f"jobtap-{v}-py3-none-any.whl",
+    )
+
+
+def test_the_sdist_holds_what_a_build_needs_and_no_tests(dists):
+    with tarfile.open(dists.sdist) as tar:
+        names = [name.partition("/")[2] for name in tar.getnames()]  # under jobtap-VERSION/
+    folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"].values())  # fmt: skip
+    generated = {"PKG-INFO", "setup.cfg", "jobtap.egg-info"}  # written by setuptools
+    top = {name.split("/")[0] for name in names if name} - {"tests"}
+    assert top == {"pyproject.toml", "README.md", *folders, *generated}
+    # setuptools adds tests/test*.py to every sdist by default (without MANIFEST.in
+    # `prune tests`): those files only, none of what they need
+    tests = {name for name in names if name.startswith("tests/")}
+    assert {name for name in tests if not re.fullmatch(r"tests/(test\w*\.py)?", name)} == set()
+
+
+def test_the_wheel_holds_jobtap_and_the_psij_descriptors_with_their_data(dists):
+    with zipfile.ZipFile(dists.wheel) as whl:
+        names = set(whl.namelist())
+        metadata = whl.read(f"jobtap-{version()}.dist-info/METADATA").decode()
+        entry_points = whl.read(f"jobtap-{version()}.dist-info/entry_points.txt").decode()
+    info = f"jobtap-{version()}.dist-info"
+    assert {name.split("/")[0] for name in names} == {"jobtap", "psij-descriptors", info}
+    # every file of every package folder, under its installed name, and nothing else:
+    # a subpackage left out of `packages` or data left out of `package-data` shows here
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ]
+    expected = {
+        f"{package.replace('.', '/')}/{path.relative_to(dists.source / folder).as_posix()}"
+        for package, folder in package_dir.items()
+        for path in (dists.source / folder).rglob("*")
+        if path.is_file()
+    }
+    assert {name for name in names if not name.startswith(info)} == expected
+    assert {
+        "jobtap/py.typed",
+        "jobtap/schemas/event.schema.json",
+        "jobtap/schemas/event.avsc",
+        "jobtap/workers/apply.lua",
+        "jobtap/workers/epoch.lua",
+        # run as a file by `flux python` (collector/backends/flux.py READER_PATH)
+        "jobtap/collector/backends/journal_reader/flux_journal_reader.py",
+        # where PSI/J looks for executors: a namespace folder, jobtap's file only
+        "psij-descriptors/jobtap_executors.py",
+    } <= names
+    assert not {name for name in names if name.startswith("psij-descriptors/__init__")}
+    assert f"\nVersion: {version()}\n" in metadata
+    assert "jobtap = jobtap.cli:main" in entry_points
+
+
+PLAIN_PROBE = """
+import importlib.util, json
+import jobtap
+jobtap.Client
+import jobtap.collector.service, jobtap.workers.service, jobtap.cli
+import jobtap.events
+from jobtap.collector.backends.flux import READER_PATH
+jobtap.events.json_schema(), jobtap.events.avro_schema()
+print(json.dumps({
+    "version": jobtap.__version__,
+    "file": jobtap.__file__,
+    "reader": str(READER_PATH) if READER_PATH.is_file() else None,
+    "psij": importlib.util.find_spec("psij") is not None,
+}))
+"""
+
+
+def test_pip_install_jobtap_imports_and_says_its_version(plain):
+    found = json.loads(plain.run("python", "-I", "-c", PLAIN_PROBE))
+    package = plain.site / "jobtap"
+    assert found == {
+        "version": version(),
+        "file": str(package / "__init__.py"),
+        "reader": str(package / "collector/backends/journal_reader/flux_journal_reader.py"),
+        "psij": False,  # only with the extra
+    }
+    assert plain.run("jobtap", "--version") == f"jobtap {version()}\n"
+    assert heavy(loaded_after("import jobtap\njobtap.Client", plain.python)) == set()
+
+
+def test_pip_install_jobtap_psij_lets_psij_find_the_executors(with_psij):
+    found = json.loads(with_psij.run("python", "-I", "-c", PSIJ_PROBE))
+    assert {"jobtap-slurm", "jobtap-pbs"} <= set(found["names"])
+    assert found["class"] == "jobtap.psij.slurm.JobtapSlurmJobExecutor"
+    assert found["jobtap_loads_psij"] is False
+    assert found["loaded"] == []  # no rq, click, collector or workers
+    where = with_psij.run("python", "-I", "-c", "import jobtap.psij.pbs as m; print(m.__file__)")
+    assert where.strip() == str(with_psij.site / "jobtap" / "psij" / "pbs.py")
+
+
+def test_a_tool_authors_type_checker_sees_the_installed_types(plain, tmp_path):
+    tool = tmp_path / "tool.py"
+    tool.write_text(
+        "import jobtap, jobtap.aio\n"
+        "def on_change(change: jobtap.Change) -> None:\n"
+        "    if change.type == jobtap.FINAL:\n"
+        "        reveal_type(change.record)\n"
+        "async def main() -> None:\n"
+        "    async with jobtap.aio.Client(site='hpc1') as client:\n"
+        "        reveal_type(await client.job('1.pbs', user='alice'))\n"
+        "jobtap.Client().jobs(stat='running')\n"
+        "reveal_type(jobtap.__version__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         "--python-executable", plain.python, str(tool)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    ).stdout  # fmt: skip
+    assert (
+        'Revealed type is "jobtap.records.Job | jobtap.records.Node | jobtap.records.Queue"' in out
+    )
+    assert 'Revealed type is "jobtap.records.Job | None"' in out
+    assert 'Revealed type is "str"' in out
+    assert 'Unexpected keyword argument "stat" for "jobs" of "Client"' in out
+    assert "Found 1 error in 1 file" in out  # nothing else: py.typed and the exports work
