@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import redis
 
@@ -54,6 +54,21 @@ from .tracker import Seen, Tracker
 log = logging.getLogger("jobtap.collector")
 
 MAX_BAD_REPORTED = 20
+HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
+
+
+@runtime_checkable
+class EndedSince(Protocol):
+    """A backend whose history can list every job that ended since a time,
+    whoever knew of it (Slurm: ``sacct -s ENDED -S ...``).  A reconciliation
+    asks it for the window since the previous reconciliation, so that a job
+    that was submitted, ran and left the live list in between, unpoked, still
+    gets its ``new`` and ``final``."""
+
+    def ended_since(self, since: float) -> dict[str, Native]:
+        """Final records of the jobs that ended at ``since`` (epoch seconds)
+        or later."""
+        ...
 
 
 class CycleFailed(Exception):
@@ -257,6 +272,9 @@ class Collector:
         max_targeted: int = 5000,
         pushed: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        history_overlap: float = 60.0,
+        max_history_window: float = 86400.0,
     ):
         self.backend = backend
         self.redis = data_redis
@@ -275,6 +293,18 @@ class Collector:
         self.canonical_id = backend.canonical_id if isinstance(backend, CanonicalIds) else None
         self.prober = backend if isinstance(backend, ChangeProbe) else None
         self.cost = backend.cost if isinstance(backend, MeasuresCost) else None
+        # The jobs that ended between two reconciliations (EndedSince): the
+        # window starts where the previous reconciliation started (wall clock,
+        # kept in meta across restarts), less ``history_overlap`` seconds, and
+        # is never longer than ``max_history_window``.  ``recent_finals``: jobs
+        # finalised and forgotten, with when, so the window's overlap does not
+        # ship them again.
+        self.ended_lister = backend if isinstance(backend, EndedSince) else None
+        self.wall_clock = wall_clock
+        self.history_overlap = float(history_overlap)
+        self.max_history_window = float(max_history_window)
+        self.window_start: float | None = None
+        self.recent_finals: dict[str, float] = {}
         self.plan = ObservationPlan(
             reconcile_every=reconcile_every,
             probing=self.prober is not None,
@@ -289,6 +319,12 @@ class Collector:
         self.nodewatch = NodeWatch()
         self.job_nodes_known = self.node_states_known = False
         self.plan.reset()  # what the probe remembered is no longer a baseline
+        if self.ended_lister is not None and self.window_start is None:
+            saved = self.redis.hget(self.keys.meta, HISTORY_WINDOW)
+            try:
+                self.window_start = float(saved) if saved else None
+            except ValueError:
+                self.window_start = None
         log.info(
             "loaded %d jobs, %d nodes, %d queues from %s",
             self.tracker.count(JOB),
@@ -570,6 +606,7 @@ class Collector:
     ) -> None:
         """Tier 3: stat every job; ship the changed and the vanished ones."""
         seen = self._seen(JOB)
+        wall_started = self.wall_clock()
         with no_gc(), self._watch(report, "stat"):
             natives = self.backend.stat_jobs()
         with no_gc(), self._watch(report, "fingerprint"):
@@ -581,9 +618,57 @@ class Collector:
             natives, fps, changed, delta, report, bad
         )
         finals, drop = self._vanished(vanished, natives, report, shipment)
-        shipment.add(STATE, JOB, state_items + finals)
+        unseen = self._ended_unseen(natives, report, wall_started)
+        shipment.add(STATE, JOB, state_items + finals + unseen)
         shipment.add(UPDATE, JOB, update_items)
         shipment.then(lambda: self._remember_jobs(new_seen, records, drop))
+        if self.ended_lister is not None:
+            done = [*drop, *(item["id"] for item in unseen)]
+            shipment.then(lambda: self._note_window(wall_started, done))
+
+    def _ended_unseen(
+        self, natives: dict[str, Native], report: CycleReport, wall_started: float
+    ) -> list[Item]:
+        """Finals of the jobs that ended in the window since the previous
+        reconciliation and that the collector never saw (gone from the live
+        list before any stat or poke found them): their first record is
+        their final, so the worker sends ``new`` then ``final``.  The first
+        reconciliation of a collector that never reconciled has no window."""
+        if self.ended_lister is None or self.window_start is None:
+            return []
+        since = max(
+            self.window_start - self.history_overlap, wall_started - self.max_history_window
+        )
+        with self._watch(report, "history"):
+            ended = self.ended_lister.ended_since(since)
+        seen = self._seen(JOB)
+        fresh = [
+            j for j in ended if j not in natives and j not in seen and j not in self.recent_finals
+        ]
+        records = normalise_many(self.backend.normalise_job, ended, fresh, self.site, report)
+        items = [
+            chunk.upsert(j, fingerprint(ended[j]), rec, live=False)
+            for j, rec in records.items()
+            if rec.get("state") in TERMINAL
+        ]
+        report.counts["ended_in_window"] = len(ended)
+        if items:
+            report.add("ended_unseen", len(items))
+            report.add("finalised", len(items))
+        self.recent_finals = {j: t for j, t in self.recent_finals.items() if t >= since}
+        return items
+
+    def _note_window(self, wall_started: float, done: list[str]) -> None:
+        """A reconciliation shipped: the next window starts where it started;
+        the jobs it finalised and forgot are not shipped again by the overlap."""
+        self.window_start = wall_started
+        now = self.wall_clock()
+        for jid in done:
+            self.recent_finals[jid] = now
+        try:
+            self.redis.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}")
+        except redis.RedisError as exc:  # only a restart's first window is at stake
+            log.warning("cannot note the history window: %s", exc)
 
     def _learn_job_nodes(self, natives: dict[str, Native], report: CycleReport) -> None:
         """After a (re)start: where do the running jobs run?"""

@@ -73,8 +73,10 @@ a pending job there), an end time only once it has ended.
 from __future__ import annotations
 
 import logging
+import math
 import pwd
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache, partial
 from itertools import product
@@ -1280,17 +1282,45 @@ class SlurmBackend(CommandBackend):
                     raise
                 records = {}  # sacct knows none of them
             records = {job_id: records[job_id] for job_id in batch if job_id in records}
-            unsure = [job_id for job_id, native in records.items() if _exit_unsure(native)]
-            if unsure:
-                out = self._run(
-                    [self.sacct, "-n", "-P", "-o", "JobID,ExitCode", "-j", ",".join(unsure)]
-                )
-                codes = parse_sacct_exit_codes(out)
-                for job_id in unsure:
-                    if job_id in codes:
-                        records[job_id] = {**records[job_id], "jobtap_exit_codes": codes[job_id]}
-            found.update(records)
+            found.update(self._with_exit_codes(records))
         return found
+
+    def _with_exit_codes(self, records: dict[str, Native]) -> dict[str, Native]:
+        """``records`` with ``jobtap_exit_codes`` added to those whose JSON exit
+        code may be wrong (one ``sacct -o JobID,ExitCode`` per batch)."""
+        unsure = [job_id for job_id, native in records.items() if _exit_unsure(native)]
+        for start in range(0, len(unsure), self.history_batch):
+            batch = unsure[start : start + self.history_batch]
+            out = self._run([self.sacct, "-n", "-P", "-o", "JobID,ExitCode", "-j", ",".join(batch)])
+            codes = parse_sacct_exit_codes(out)
+            for job_id in batch:
+                if job_id in codes:
+                    records[job_id] = {**records[job_id], "jobtap_exit_codes": codes[job_id]}
+        return records
+
+    def ended_since(self, since: float) -> dict[str, Native]:
+        """Final records of every job that ended at ``since`` (seconds since the
+        epoch) or later, whoever its user, as :meth:`history` gives them:
+        ``sacct --json -a -s ENDED_STATES -S now-N -E now``.  With ``-s``, sacct's
+        window selects the jobs that reached one of those states within it.
+        The start is given relative to sacct's own clock (``now-N``, N seconds
+        rounded up), so no time zone or clock of this host's is involved but
+        the length of the window.
+
+        A reconciliation asks this for the window since the previous one: a
+        job that was submitted, ran and left ``squeue`` in between, with no poke
+        (hook off, poke lost), still gets its ``new`` and ``final``."""
+        seconds = max(1, math.ceil(time.time() - since))
+        raw = self._run([self.sacct, "--json", "-a", "-s", ENDED_STATES,
+                         "-S", f"now-{seconds}", "-E", "now"])  # fmt: skip
+        try:
+            records = parse_sacct(raw)
+        except StatError:
+            if not _nothing_found(raw):
+                raise
+            records = {}
+        records = {j: n for j, n in records.items() if _JOB_ID.match(j)}
+        return self._with_exit_codes(records)
 
     # Normalising ---------------------------------------------------------------
     def normalise_job(self, job_id: str, native: Native) -> Record:
@@ -1311,6 +1341,9 @@ class _RestUnavailable(Exception):
 # slurmctld about as much as packing this many jobs into a full list: 0.27 ms
 # against 2.5 us a job, on 22.05 (docs/performance.md).
 REST_JOB_COST = 100
+
+# sacct's short names of the states a job ends in (``sacct -s``).
+ENDED_STATES = "BF,CA,CD,DL,F,NF,OOM,PR,RV,TO"
 
 SACCT_NOTHING_FOUND = 9003  # slurmdb_jobs_get: "Nothing found with query"
 

@@ -18,6 +18,7 @@ from jobtap.collector.backends.pbs import QUEUE_CLOSED as PBS_CLOSED
 from jobtap.collector.backends.pbs import QUEUE_OPEN as PBS_OPEN
 from jobtap.collector.backends.pbs import QUEUE_STOPPED as PBS_STOPPED
 from jobtap.collector.backends.slurm import (
+    ENDED_STATES,
     QUEUE_CLOSED,
     QUEUE_OPEN,
     QUEUE_STOPPED,
@@ -39,8 +40,11 @@ from jobtap.collector.backends.slurm import (
     partition_state,
     slurm_time,
 )
+from jobtap.collector.cycle import Collector
+from jobtap.collector.plan import RECONCILE
 from jobtap.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS, from_hash, to_hash
 from tests.support.paths import fixtures_dir
+from tests.support.pipeline import drain, site_events
 
 BOOKKEEPING = {"site", "version", "updated_at"}
 
@@ -593,3 +597,57 @@ def test_stat_nodes_without_a_job_stat_has_no_jobs(standins):
     assert "jobtap_jobs" not in nodes["n1"]
     assert be.normalise_node("n1", nodes["n1"])["jobs"] == []
     assert os.path.exists(standins["sinfo"])
+
+
+def test_backend_ended_since_asks_sacct_for_the_window(standins):
+    """``ended_since``: every job that ended in the window, whoever its user,
+    through one ``sacct --json -a -s ENDED -S now-N -E now`` (N counted back
+    from sacct's own clock), with the text exit codes of the jobs that did
+    not complete, like history()."""
+    be = SlurmBackend(**{k: v for k, v in standins.items() if k != "log"}, timeout=10)
+    found = be.ended_since(time.time() - 99.5)
+    calls = standins["log"].read_text().splitlines()
+    assert calls[0] == f"--json -a -s {ENDED_STATES} -S now-100 -E now"
+    assert calls[1].startswith("-n -P -o JobID,ExitCode -j 2,3,4,")
+    assert len(calls) == 2 and {"1", "2", "8", "6_5"} <= set(found)
+    two = be.normalise_job("2", found["2"])
+    assert (two["state"], two["exit_status"]) == ("failed", 3)
+
+
+def test_reconciliation_finalises_jobs_that_ended_unseen_in_its_window(standins, r, tmp_path, fx):
+    """A job that was submitted, ran and left squeue between two
+    reconciliations, with no poke, still gets ``new`` and ``final``: the
+    reconciliation asks sacct for every job that ended since the previous one
+    (2, 8 and 11 of sacct-final.json are left out of squeue's listing here).
+    The jobs squeue lists are left to the listing; the next reconciliation,
+    whose window overlaps, ships none of them again."""
+    doc = orjson.loads((fx / "squeue-mixed.json").read_bytes())
+    doc["jobs"] = [j for j in doc["jobs"] if j["job_id"] not in (2, 8, 11)]
+    (tmp_path / "squeue.json").write_bytes(orjson.dumps(doc))
+    standins["squeue"] = _script(tmp_path / "squeue", f'cat "{tmp_path}/squeue.json"\n')
+    be = SlurmBackend(**{k: v for k, v in standins.items() if k != "log"}, timeout=10)
+    site = "slurmwin"
+    collector = Collector(be, r, site=site, pushed=True)
+    collector.run_cycle(tier=RECONCILE, with_nodes=False)  # no window yet: no sacct
+    assert not standins["log"].exists()
+    drain(r, site)
+    report = collector.run_cycle(tier=RECONCILE, with_nodes=False)
+    assert report.counts["ended_unseen"] == 3, report.counts
+    drain(r, site)
+    unseen = ("2", "8", "11")
+    events = [e for e in site_events(r, site) if e["object_id"] in unseen]
+    assert sorted((e["object_id"], e["type"]) for e in events) == sorted(
+        (j, t) for j in unseen for t in ("new", "final")
+    )
+    finals = {e["object_id"]: e["record"] for e in events if e["type"] == "final"}
+    assert (finals["2"]["state"], finals["2"]["exit_status"]) == ("failed", 3)
+    assert (finals["8"]["state"], finals["8"]["exit_status"]) == ("failed", 271)
+    assert finals["11"]["state"] == "cancelled"
+    before = len(site_events(r, site))
+    report = collector.run_cycle(tier=RECONCILE, with_nodes=False)
+    drain(r, site)
+    assert "ended_unseen" not in report.counts and len(site_events(r, site)) == before
+    # A collector that starts again takes the window from meta.
+    again = Collector(be, r, site=site, pushed=True)
+    again.load()
+    assert again.window_start == pytest.approx(collector.window_start, abs=0.001)

@@ -24,7 +24,9 @@ import pytest
 import jobtap
 from jobtap.collector.backends.base import StatError
 from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.cycle import Collector
 from jobtap.collector.fingerprint import fingerprint
+from jobtap.collector.plan import RECONCILE
 from jobtap.keys import SiteKeys
 from tests.support.paths import ROOT
 from tests.support.pipeline import chunks_not_applied, drain, meta
@@ -344,3 +346,34 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
     for index in (1, 2):
         assert_lifecycle(h, f"{arr}_{index}", final=("completed", 0), must_see=("running",))
     assert "not delivered" not in (hook_env.read_text() if hook_env.exists() else "")
+
+
+# A job no poke announced -------------------------------------------------------------
+def test_a_job_that_lived_between_two_reconciliations_unpoked_gets_new_and_final(
+    clean, r, tmp_path
+):
+    """With the hook off (no settings: no poke at all), a job submitted after
+    one reconciliation that runs, ends and leaves squeue (MinJobAge) before
+    the next one is in no listing the collector ever makes.  The next
+    reconciliation asks sacct for every job that ended since the previous one
+    and ships it: ``new`` then ``final``, with its exit status."""
+    with hook_settings(None, SITE, tmp_path / "hook.log"):
+        backend = SlurmBackend(timeout=30)
+        collector = Collector(backend, r, site=SITE, pushed=True)
+        collector.run_cycle(tier=RECONCILE, with_nodes=False)
+        job = sbatch("--wrap", "exit 5", "-J", "unpoked")
+        eventually(lambda: job not in squeue_ids(), timeout=90, interval=1, what="job purged")
+        # sacct has its end (slurmctld sends it to slurmdbd as the job ends)
+        eventually(
+            lambda: backend.history([job]).get(job, {}).get("state", {}).get("current") == "FAILED",
+            timeout=30,
+            interval=0.5,
+            what="sacct knows the job ended",
+        )
+        assert r.xlen(K.pokes) == 0
+        report = collector.run_cycle(tier=RECONCILE, with_nodes=False)
+        drain(r, SITE)
+    assert report.counts.get("ended_unseen", 0) >= 1, report.counts
+    h = Harness(r)
+    assert [e["type"] for e in h.events(job)] == ["new", "final"]
+    assert_lifecycle(h, job, final=("failed", 5), reason="NonZeroExitCode")
