@@ -12,10 +12,15 @@ $(VENV)/.installed: pyproject.toml deploy/setup-dev.sh
 	sh deploy/setup-dev.sh
 	touch $@
 
+# Tests run side by side (pytest-xdist, each with its own redis-server on a free
+# port); most of their time is spent waiting on processes, so 4 share 2 cores.
+# The tests of the one real Slurm form one group and run on one worker in turn.
+PYTEST_WORKERS ?= 4
+
 test: setup
 	$(BIN)/ruff check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 demo: setup
 	$(BIN)/jobtap demo
