@@ -7,14 +7,12 @@ dependencies (plain, and with the [psij] extra) it imports, says its version, ke
 The sdist carries what a build needs (pyproject.toml, README.md, the package
 folders) and not the test suite: it needs what no Python distribution holds (real
 redis-server, Slurm, tmux, Prometheus, the stand-ins and captures under tests/,
-deploy/'s scripts) and runs from a clone (`make test`).  Only the top-level
-tests/test*.py files that setuptools adds to every sdist by default come along.
+deploy/'s scripts) and runs from a clone (`make test`); MANIFEST.in prunes it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tarfile
@@ -68,12 +66,10 @@ def test_the_sdist_holds_what_a_build_needs_and_no_tests(dists):
     folders = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-dir"].values())  # fmt: skip
     generated = {"PKG-INFO", "setup.cfg", "jobtap.egg-info"}  # written by setuptools
-    top = {name.split("/")[0] for name in names if name} - {"tests"}
-    assert top == {"pyproject.toml", "README.md", *folders, *generated}
-    # setuptools adds tests/test*.py to every sdist by default (without MANIFEST.in
-    # `prune tests`): those files only, none of what they need
-    tests = {name for name in names if name.startswith("tests/")}
-    assert {name for name in tests if not re.fullmatch(r"tests/(test\w*\.py)?", name)} == set()
+    top = {name.split("/")[0] for name in names if name}
+    # MANIFEST.in: `prune tests` (setuptools would add tests/test*.py), the changelog in
+    assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", *folders,
+                   *generated}  # fmt: skip
 
 
 def test_the_wheel_holds_jobtap_and_the_psij_descriptors_with_their_data(dists):
