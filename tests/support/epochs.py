@@ -4,39 +4,94 @@ the simulation's ground truth, a final for every job that ended."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections import defaultdict
+from typing import Any
 
 import orjson
 
 from jobtap.schema import TERMINAL
 
 
+def content(event: dict[str, Any]) -> bytes:
+    """What an event says, all of it (type, version, changes, record...), as a
+    digest of its canonical JSON: two events are the same event iff equal."""
+    body = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def slim(event: dict[str, Any]) -> dict[str, Any]:
+    """What the checks read of an event (a long soak keeps hundreds of thousands)."""
+    rec = event.get("record") or {}
+    kept = {k: event[k] for k in ("id", "epoch", "kind", "object_id", "version", "type")}
+    kept["observed_at"] = event.get("observed_at")
+    kept["record"] = {k: rec.get(k) for k in ("state", "reason", "exit_status")}
+    return kept
+
+
 class Written:
-    """Every event a site's streams held, gathered before each loss and at the
-    end (a loss takes events with it; what was gathered before still counts)."""
+    """Every event a site's stream held, each stream entry noted once, whoever
+    read it: a tap following the stream as it grows (tests.support.lossrun), and
+    gatherings of the whole stream (what a later loss takes away still counts).
+
+    Every event is checked against its content, not only its id: an id found
+    again with other content (type, version, record...) is a failure, and one
+    found in two stream entries is an id written twice."""
 
     def __init__(self, *, strict: bool = True) -> None:
-        self.by_id: dict[str, bytes] = {}
-        self.order: list[dict] = []
+        self.by_id: dict[str, bytes] = {}  # id -> the first content (see content())
+        self.entries: dict[str, set[str]] = defaultdict(set)  # id -> stream entry ids
+        self.order: list[dict] = []  # the first event of each id, slim(), stream order
+        self.first: dict[str, dict] = {}  # id -> that event
         self.strict = strict
         self.reused: list[str] = []  # ids found again with other content
+        self.others: dict[str, list[dict]] = {}  # those ids: every event found (slim)
+        self.lock = threading.Lock()
+
+    def add(self, sid: str, event: dict, *, strict: bool | None = None) -> bool:
+        """Note the stream entry ``sid`` holding ``event``; return whether its id is
+        new.  An entry noted already is ignored.  An id seen before with other
+        content fails at once (``strict``, by default the instance's), or is
+        counted in ``reused``."""
+        body = content(event)
+        eid = event["id"]
+        with self.lock:
+            if sid in self.entries[eid]:
+                return False
+            self.entries[eid].add(sid)
+            known = self.by_id.setdefault(eid, body)
+            if known is body:
+                self.first[eid] = slim(event)
+                self.order.append(self.first[eid])
+                return True
+            if known != body:
+                if self.strict if strict is None else strict:
+                    raise AssertionError(f"event id {eid} reused for another event")
+                self.reused.append(eid)
+                self.others.setdefault(eid, [self.first[eid]]).append(slim(event))
+            return False
 
     def gather(self, r, stream: str) -> int:
-        """Add the stream's events not seen yet (in stream order); return how many.
-        An id seen before with other content fails at once (``strict``), or is
-        counted in ``reused``."""
-        added = 0
-        for _, fields in r.xrange(stream):
-            event = orjson.loads(fields[b"event"])
-            body = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
-            known = self.by_id.setdefault(event["id"], body)
-            if known != body:
-                assert not self.strict, f"event id {event['id']} reused for another event"
-                self.reused.append(event["id"])
-            elif known is body:
-                self.order.append(event)
-                added += 1
-        return added
+        """Add the stream's entries not noted yet (in stream order); return how
+        many new ids."""
+        return sum(
+            self.add(sid.decode(), orjson.loads(fields[b"event"]))
+            for sid, fields in r.xrange(stream)
+        )
+
+    def twice(self) -> list[str]:
+        """The ids found in more than one stream entry (written twice)."""
+        with self.lock:
+            return [eid for eid, sids in self.entries.items() if len(sids) > 1]
+
+    def two_contents(self, limit: int = 5) -> list[str]:
+        """Up to ``limit`` ids with two contents, each with what it named."""
+        out = []
+        with self.lock:
+            for eid, seen in list(self.others.items())[:limit]:
+                out.append(f"{eid}: " + " / ".join(_summary(e) for e in seen))
+        return out
 
     @property
     def ids(self) -> set[str]:
@@ -63,6 +118,11 @@ class Written:
             if e["kind"] == "job":
                 out[e["object_id"]].append(e)
         return out
+
+
+def _summary(event: dict) -> str:
+    return (f"{event['type']} v{event['version']} observed {event['observed_at']} "
+            f"state {event['record']['state']}")  # fmt: skip
 
 
 def check_finals_against_truth(written: Written, sim, last_stat: float) -> int:
