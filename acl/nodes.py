@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import redis
 from redis.cluster import RedisCluster
 
-from jobtap.connection import is_cluster
+from jobtap.connection import clone, cluster_from, is_cluster
 
 STANDALONE, PRIMARY, REPLICA = "standalone", "primary", "replica"
 # Errors that mean "this node did not take it" rather than "the request is wrong".
@@ -81,15 +81,13 @@ def acl_nodes(r: redis.Redis, *, timeout: float = 5.0) -> list[AclNode]:
     found = peers(r)
     me = next(p for p in found if p.myself)
     nodes = [AclNode(address_of(r), me.role, r)]
-    kwargs = dict(r.connection_pool.connection_kwargs)
-    kwargs.update(socket_connect_timeout=timeout, socket_timeout=timeout)
-    pool_class = type(r.connection_pool)
     for p in found:
         if p.myself:
             continue
         address = f"{p.host}:{p.port}"
-        pool = pool_class(**{**kwargs, "host": p.host, "port": p.port})
-        client = redis.Redis(connection_pool=pool)
+        client = clone(  # logged in like r, over TLS if r is
+            r, host=p.host, port=p.port, socket_connect_timeout=timeout, socket_timeout=timeout
+        )
         try:
             client.ping()
         except NODE_ERRORS as exc:
@@ -106,10 +104,4 @@ def data_client(r: redis.Redis) -> redis.Redis | RedisCluster:
     logged in like ``r``: for reading the sites' owner indexes."""
     if not is_cluster(r):
         return r
-    kw = r.connection_pool.connection_kwargs
-    login = ("username", "password", "decode_responses", "socket_timeout", "socket_connect_timeout")
-    return RedisCluster(
-        host=kw.get("host", "localhost"),
-        port=kw.get("port", 6379),
-        **{k: kw[k] for k in login if k in kw},
-    )
+    return cluster_from(r)

@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import click
 import redis
 
 from jobtap.acl import files, rules
-from jobtap.connection import safe_url
+from jobtap.connection import describe_error, redis_from_url, safe_url
+from jobtap.errors import JobtapError
 from jobtap.keys import BadName, check_site
 
 DEFAULT_ADMIN_URL = "redis://127.0.0.1:6379/0"
@@ -65,11 +66,18 @@ def admin_options(f):
     return f
 
 
+# The admin's own TLS client certificate is not for the users it makes.
+PRIVATE_TLS = ("ssl_certfile", "ssl_keyfile", "ssl_password")
+
+
 def public_url(url: str) -> str:
-    """The URL without its user and password: what users' credential files hold."""
+    """The URL without its user and password, nor the admin's TLS client
+    certificate (the CA stays): what users' credential files hold."""
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=netloc))
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+             if k not in PRIVATE_TLS]  # fmt: skip
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="/")))
 
 
 def service_url(url: str, name: str, password: str) -> str:
@@ -98,10 +106,10 @@ def errors(url: str) -> Iterator[None]:
 
 def admin_client(url: str, sites: list[str], groups: bool = True) -> rules.AclAdmin:
     try:
-        r = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5)
+        r = redis_from_url(url, decode_responses=True, socket_connect_timeout=5)
         r.ping()
-    except (redis.RedisError, ValueError) as exc:
-        raise click.ClickException(f"cannot reach Redis at {safe_url(url)}: {exc}") from None
+    except (redis.RedisError, OSError, JobtapError) as exc:
+        raise click.ClickException(describe_error(exc, url)) from None
     with errors(url):
         return rules.AclAdmin(r, sites, groups=groups)
 

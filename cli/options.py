@@ -7,8 +7,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from jobtap.connection import AnyRedis, open_redis, safe_url
-from jobtap.errors import JobtapError
+from jobtap.connection import AnyRedis, describe_error, open_redis, safe_url
+from jobtap.errors import ConfigError, JobtapError
 from jobtap.keys import BadName, check_site
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -92,8 +92,11 @@ def connect(url: str, what: str = "Redis") -> AnyRedis:
     try:
         r = open_redis(url, socket_connect_timeout=5, health_check_interval=30)
         r.ping()
-    except (redis.RedisError, RedisClusterException, JobtapError, ValueError) as exc:
-        raise click.ClickException(f"cannot reach {what} at {safe_url(url)}: {exc}") from exc
+    except (redis.RedisError, RedisClusterException, JobtapError, OSError, ValueError) as exc:
+        line = str(exc) if isinstance(exc, ConfigError) else describe_error(exc, url)
+        if what != "Redis":
+            line = f"{what}: {line}"
+        raise click.ClickException(line) from exc
     return r
 
 

@@ -13,22 +13,37 @@ Resolution order, first found wins:
 The same ``redis://`` URL serves a plain Redis and a Redis Cluster (any one node
 of it): :func:`open_redis` asks the server (``INFO cluster``) and hands back
 redis-py's :class:`~redis.cluster.RedisCluster` when it is a cluster node.
+
+Every client jobtap makes comes from here (:func:`redis_from_url`,
+:func:`cluster_client`, :func:`clone`), so ``redis://``, ``unix://`` and
+``rediss://`` work everywhere alike.  A ``rediss://`` URL takes redis-py's TLS
+query parameters (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+``ssl_cert_reqs``, ``ssl_check_hostname``...); the server's certificate is
+verified unless ``ssl_cert_reqs=none``.  The TLS handshake is bounded by the
+connect timeout, and a failed one is reported in one line
+(:class:`~jobtap.errors.TLSFailed`): wrong CA, expired certificate, missing
+client certificate, plain text to a TLS port, TLS to a plain port.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import logging
 import os
+import re
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
+from redis.connection import Connection, SSLConnection
 from redis.retry import Retry
 from tenacity import (
     RetryCallState,
@@ -49,6 +64,7 @@ from .errors import (
     JobtapError,
     PermissionDenied,
     RedisUnavailable,
+    TLSFailed,
 )
 from .keys import BadName, SiteKeys
 
@@ -56,6 +72,9 @@ log = logging.getLogger("jobtap.sdk")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_SITE = "default"
+CONNECT_TIMEOUT = 5.0
+"""Seconds for a TCP connect, and again for a TLS handshake, unless told otherwise."""
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_ca_path")
 # Errors after which reconnecting makes sense.
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, OSError, RedisUnavailable)
 
@@ -144,6 +163,139 @@ def resolve(
     return configs, default_site
 
 
+class TLSConnection(SSLConnection):
+    """redis-py's TLS connection, with the handshake bounded by the connect
+    timeout: a TLS client on a plain port would otherwise wait for a server
+    hello that never comes (the server waits for a line end in the hello)."""
+
+    def _connect(self) -> Any:
+        sock = Connection._connect(self)  # TCP only; its timeout is socket_timeout now
+        sock.settimeout(self.socket_connect_timeout or CONNECT_TIMEOUT)
+        try:
+            tls = self._wrap_socket_with_ssl(sock)  # type: ignore[no-untyped-call]
+        except TimeoutError:
+            sock.close()
+            # not a timeout to redis-py (which would try again): a failed handshake
+            raise ssl.SSLError(
+                f"no TLS handshake within {self.socket_connect_timeout or CONNECT_TIMEOUT:g} s "
+                "(a plain-text port? then use redis://)"
+            ) from None
+        except BaseException:
+            sock.close()
+            raise
+        tls.settimeout(self.socket_timeout)
+        return tls
+
+
+def is_tls_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or wraps) a failed TLS handshake or certificate check."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLError | TLSFailed):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class _TLSRetry(Retry):
+    """A retry policy that does not try a failed TLS handshake again at once:
+    a wrong CA or a plain-text port stays so, and each attempt could cost a
+    connect timeout.  The caller's own loop (with backoff and a log line)
+    decides when to try again."""
+
+    def call_with_retry(
+        self,
+        do: Callable[[], Any],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> Any:
+        def retryable(error: Exception) -> bool:
+            return not is_tls_failure(error) and (is_retryable is None or is_retryable(error))
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
+def _tls_retry(retry: Retry | None) -> Retry:
+    if retry is None:  # redis-py's default
+        retry = inspect.signature(redis.Redis.__init__).parameters["retry"].default
+    if isinstance(retry, _TLSRetry):
+        return retry
+    tls = copy.copy(retry)
+    tls.__class__ = _TLSRetry
+    return tls
+
+
+def _check_url(url: str, kw: Mapping[str, Any]) -> None:
+    """A ConfigError now, rather than a connection error later, for a URL that
+    cannot work: not Redis, or naming TLS files that are not there."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"not a Redis URL: {safe_url(url)!r}")
+    try:
+        query = dict(parse_qsl(urlsplit(url).query))
+    except ValueError as exc:
+        raise ConfigError(f"bad Redis URL {safe_url(url)!r}: {exc}") from None
+    if not url.startswith("rediss://"):
+        tls = sorted(k for k in {*query, *kw} if k.startswith("ssl_"))
+        if tls:
+            raise ConfigError(
+                f"{safe_url(url)}: {', '.join(tls)} given for a plain-text URL (use rediss://)"
+            )
+        return
+    for name in TLS_FILES:
+        path = kw.get(name) or query.get(name)
+        if path and not os.path.exists(path):
+            raise ConfigError(f"{safe_url(url)}: {name} {path}: no such file")
+
+
+def _options(url: str, kw: Mapping[str, Any], *, cluster: bool = False) -> dict[str, Any]:
+    _check_url(url, kw)
+    out = dict(kw)
+    if out.get("socket_connect_timeout") is None:
+        out["socket_connect_timeout"] = CONNECT_TIMEOUT
+    if url.startswith("rediss://"):
+        out.setdefault("connection_class", TLSConnection)
+        if not cluster:  # the cluster client retries on its own, and not its nodes
+            out["retry"] = _tls_retry(out.get("retry"))
+    return out
+
+
+def redis_from_url(url: str, **kw: Any) -> redis.Redis:
+    """A client of the one Redis at ``url`` (``redis://``, ``rediss://`` with
+    redis-py's ``ssl_*`` query parameters, ``unix://``); nothing connects yet.
+    ``kw``: redis-py's settings (timeouts, credentials, ``decode_responses``...).
+    Every plain client jobtap makes comes from here."""
+    options = _options(url, kw)
+    try:
+        return redis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        raise ConfigError(f"bad Redis URL {safe_url(url)!r}: {exc}") from None
+
+
+def clone(r: redis.Redis, **overrides: Any) -> redis.Redis:
+    """A client of the same server as ``r`` (or, with ``host`` and ``port``,
+    another node of its cluster), with the same settings (TLS, credentials,
+    timeouts) but for ``overrides``, and a connection pool of its own.
+
+    A pool made again from ``connection_kwargs`` alone would lose its
+    connection class (TLS), which redis-py keeps apart: each connection would
+    then fail to be made, and count against the pool's limit all the same,
+    until every command failed with "Too many connections"."""
+    pool = r.connection_pool
+    kwargs = {**pool.connection_kwargs, **overrides}
+    new = type(pool)(
+        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+    )
+    return redis.Redis(connection_pool=new)
+
+
+def is_tls(r: redis.Redis) -> bool:
+    """Whether ``r``'s connections are TLS ones."""
+    return issubclass(r.connection_pool.connection_class, SSLConnection)
+
+
 def make_redis(
     cfg: SiteConfig,
     *,
@@ -172,10 +324,7 @@ def make_redis(
         kw["health_check_interval"] = 15
     if readonly:
         kw["redis_connect_func"] = _readonly_on_connect
-    try:
-        client = redis.Redis.from_url(cfg.url, **kw)
-    except ValueError as exc:
-        raise ConfigError(f"bad Redis URL {safe_url(cfg.url)!r}: {exc}") from None
+    client = redis_from_url(cfg.url, **kw)
     if node is not None:  # nothing has connected yet: the pool's connections go there
         client.connection_pool.connection_kwargs.update(host=node[0], port=node[1])
     return client
@@ -220,7 +369,8 @@ def publish_command(r: AnyRedis) -> str:
 
 def _url_of(r: redis.Redis) -> str:
     kw = r.connection_pool.connection_kwargs
-    return f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}"
+    scheme = "rediss" if is_tls(r) else "redis"
+    return f"{scheme}://{kw.get('host', '?')}:{kw.get('port', '?')}"
 
 
 def cluster_client(url: str, **kw: Any) -> RedisCluster:
@@ -229,13 +379,36 @@ def cluster_client(url: str, **kw: Any) -> RedisCluster:
     Keyword arguments are those of a node's connections (timeouts, keepalive,
     user name and password...); ``retry`` sets how many times a command is
     retried across a failover or a slot move (redirections are always
-    followed)."""
+    followed).  A ``rediss://`` URL's TLS settings hold for every node."""
+    kw = _options(url, kw, cluster=True)
+    start = url
+    if url.startswith("rediss://"):
+        # redis-py's cluster client would put its own TLS connection class
+        # back over ours (from the URL's scheme): give the class, and the
+        # URL's parameters with it, as a redis:// URL would be given
+        start = "redis://" + url[len("rediss://") :]
     try:
-        return RedisCluster.from_url(url, **kw)
+        return RedisCluster.from_url(start, **kw)
     except ValueError as exc:
         raise ConfigError(f"bad Redis URL {safe_url(url)!r}: {exc}") from None
     except redis.exceptions.RedisClusterException as exc:
+        problem = tls_problem(exc, url)
+        if problem is not None:
+            raise TLSFailed(f"TLS with Redis Cluster at {safe_url(url)}: {problem}") from exc
         raise RedisUnavailable(f"Redis Cluster at {safe_url(url)}: {exc}") from exc
+
+
+def cluster_from(r: redis.Redis) -> RedisCluster:
+    """redis-py's cluster client, starting from the node ``r`` talks to, logged
+    in like ``r`` and with its TLS settings."""
+    kw = r.connection_pool.connection_kwargs
+    keep = ("username", "password", "decode_responses", "socket_timeout", "socket_connect_timeout")
+    settings = {k: v for k, v in kw.items() if k in keep or k.startswith("ssl_")}
+    if is_tls(r):
+        settings["connection_class"] = r.connection_pool.connection_class
+    host, port = kw.get("host", "localhost"), kw.get("port", 6379)
+    where = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return RedisCluster.from_url(f"redis://{where}/0", **settings)
 
 
 def open_redis(url: str, **kw: Any) -> AnyRedis:
@@ -244,10 +417,7 @@ def open_redis(url: str, **kw: Any) -> AnyRedis:
 
     This connects (one ``INFO cluster``); connection errors propagate as
     redis-py errors.  A cluster URL may not name a database other than 0."""
-    try:
-        plain = redis.Redis.from_url(url, **kw)
-    except ValueError as exc:
-        raise ConfigError(f"bad Redis URL {safe_url(url)!r}: {exc}") from None
+    plain = redis_from_url(url, **kw)
     try:
         if not is_cluster(plain):
             return plain
@@ -265,17 +435,87 @@ def open_redis(url: str, **kw: Any) -> AnyRedis:
     return cluster_client(url, **kw)
 
 
+def _verify_message(exc: BaseException) -> str | None:
+    """Why the server's certificate was refused, if it was."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:  # redis-py wraps the ssl error
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return str(e.verify_message or e.reason or e)
+        e = e.__cause__ or e.__context__
+    text = str(exc)
+    marker = "certificate verify failed: "
+    if marker in text:
+        return text.split(marker, 1)[1].split(" (_ssl.c", 1)[0].rstrip(".")
+    return None
+
+
+def tls_problem(exc: BaseException, url: str) -> str | None:
+    """What went wrong with TLS, in a few words, if that is what ``exc`` (a
+    redis-py or socket error met while talking to ``url``) says; else None."""
+    why = _verify_message(exc)
+    if why is not None:
+        if "expired" in why:
+            return f"the server's certificate has expired ({why})"
+        if "mismatch" in why or "hostname" in why.lower():
+            return f"the server's certificate is not for this host name ({why})"
+        return f"the server's certificate is not trusted: {why} (check ssl_ca_certs)"
+    text = str(exc)
+    low = text.lower()
+    if "no tls handshake" in low:
+        found = re.search(r"no TLS handshake within ([0-9.]+) s", text)
+        within = f" within {found.group(1)} s" if found else ""
+        return f"no TLS handshake{within} (a plain-text port? then use redis://)"
+    if "certificate required" in low or "certificate_required" in low:
+        return "the server wants a client certificate (give ssl_certfile and ssl_keyfile)"
+    if "alert certificate expired" in low or "certificate_expired" in low:
+        return "the server refused the client certificate: it has expired"
+    if "alert unknown ca" in low or "alert bad certificate" in low or "unknown_ca" in low:
+        return "the server refused the client certificate (not signed by a CA it trusts)"
+    tls_url = url.startswith("rediss://")
+    if tls_url and ("wrong version number" in low or "record layer failure" in low
+                    or "packet length too long" in low or "http request" in low):  # fmt: skip
+        return "the server does not speak TLS (a plain-text port? then use redis://)"
+    if tls_url and ("[ssl" in low or "eof occurred in violation" in low):
+        return text.split(". ", 1)[-1].rstrip(".")
+    return None
+
+
+def describe_error(exc: BaseException, url: str) -> str:
+    """One line saying why Redis at ``url`` could not be used."""
+    where = safe_url(url)
+    if isinstance(exc, JobtapError):
+        return str(exc)
+    problem = tls_problem(exc, url)
+    if problem is not None:
+        return f"TLS with Redis at {where}: {problem}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    low = text.lower()
+    if url.startswith("redis://") and (
+        "reset by peer" in low or "closed by server" in low or "connection closed" in low
+    ):
+        return (
+            f"cannot reach Redis at {where}: {text} (a TLS port? then use rediss:// and "
+            "ssl_ca_certs)"
+        )
+    return f"cannot reach Redis at {where}: {text}"
+
+
 def translate_error(exc: BaseException, url: str) -> JobtapError:
     """The SDK error for a redis-py (or socket) error."""
     where = safe_url(url)
     if isinstance(exc, JobtapError):
         return exc
+    problem = tls_problem(exc, url)
+    if problem is not None:
+        return TLSFailed(f"TLS with Redis at {where}: {problem}")
     if isinstance(exc, redis.AuthenticationError | redis.AuthenticationWrongNumberOfArgsError):
         return AuthenticationFailed(f"Redis at {where} refused the credentials: {exc}")
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return PermissionDenied(f"Redis at {where}: permission denied: {exc}")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
-        return RedisUnavailable(f"cannot reach Redis at {where}: {exc}")
+        return RedisUnavailable(describe_error(exc, url))
     return JobtapError(f"Redis at {where}: {exc}")
 
 

@@ -8,6 +8,7 @@ that generic handlers keep working::
     │   ├── BadName
     │   └── CredentialsError
     ├── RedisUnavailable (ConnectionError)
+    │   └── TLSFailed
     ├── AuthenticationFailed (PermissionError)
     ├── PermissionDenied (PermissionError)
     ├── JobNotFound (LookupError)
@@ -44,6 +45,12 @@ class CredentialsError(ConfigError):
 
 class RedisUnavailable(JobtapError, ConnectionError):
     """Redis cannot be reached (or went away and did not come back in time)."""
+
+
+class TLSFailed(RedisUnavailable):
+    """The TLS link to Redis could not be made: the server's certificate is not
+    trusted (wrong CA, expired, wrong name), the server wants a client
+    certificate, or one side speaks TLS and the other plain text."""
 
 
 class AuthenticationFailed(JobtapError, PermissionError):

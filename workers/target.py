@@ -19,7 +19,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
-from jobtap.connection import AnyRedis
+from jobtap.connection import AnyRedis, clone
 from jobtap.keys import SiteKeys
 
 log = logging.getLogger("jobtap.workers")
@@ -41,9 +41,9 @@ WAIT_OFF_SECONDS = 10.0  # after a replica did not answer WAIT, stop asking for 
 
 
 def twin(r: redis.Redis, **overrides: object) -> redis.Redis:
-    """A client of the same server with other connection settings (its own pool)."""
-    pool = r.connection_pool
-    return redis.Redis(connection_pool=type(pool)(**{**pool.connection_kwargs, **overrides}))
+    """A client of the same server with other connection settings (its own pool,
+    the same connection class: TLS stays TLS)."""
+    return clone(r, **overrides)
 
 
 @dataclass
