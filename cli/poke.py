@@ -5,10 +5,12 @@ start this for every job start and end, and its start-up time is most of the
 delay between a job's end and the user's callback: importing redis-py alone
 takes about 0.2 s here.  So this module speaks the few lines of the Redis
 protocol it needs over a plain socket and imports only the standard library
-(and ``jobtap.keys``, which does the same).  TLS URLs (``rediss://``) go through
-redis-py instead.  On a Redis Cluster, any node's URL will do: a node that does
-not hold the site's slot answers MOVED (or ASK while the slot moves), and the
-poke follows it to the node that does.
+(and ``jobtap.keys``, which does the same).  TLS URLs (``rediss://``) take
+redis-py's query parameters (``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``), served by Python's
+``ssl`` module; the handshake is bounded by ``--timeout``.  On a Redis Cluster,
+any node's URL will do: a node that does not hold the site's slot answers MOVED
+(or ASK while the slot moves), and the poke follows it to the node that does.
 
 It never fails the hook that runs it: if Redis is away the poke is lost, a
 one-line message goes to stderr, the exit status is 0 (unless ``--strict``),
@@ -20,8 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import ssl
 import sys
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from jobtap.keys import POKES_MAXLEN, BadName, SiteKeys
 
@@ -73,15 +76,72 @@ def connect(url: str, timeout: float) -> tuple[socket.socket, list[bytes]]:
         sock.settimeout(timeout)
         sock.connect(parts.path)
         db = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p).get("db", "0")
-    elif parts.scheme == "redis":
-        sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379),
-                                        timeout=timeout)  # fmt: skip
+    elif parts.scheme in ("redis", "rediss"):
+        host = parts.hostname or "127.0.0.1"
+        sock = socket.create_connection((host, parts.port or 6379), timeout=timeout)
+        if parts.scheme == "rediss":
+            sock = tls(sock, host, dict(parse_qsl(parts.query)))
         db = parts.path.lstrip("/") or "0"
     else:
         raise PokeError(f"unsupported URL scheme {parts.scheme!r}")
     if db != "0":
         setup.append(encode("SELECT", db))
     return sock, setup
+
+
+CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+FALSE = ("0", "F", "FALSE", "N", "NO")  # redis-py's to_bool
+
+
+def tls(sock: socket.socket, host: str, query: dict[str, str]) -> ssl.SSLSocket:
+    """``sock`` after a TLS handshake, with redis-py's URL parameters: the
+    server's certificate verified against ``ssl_ca_certs`` (unless
+    ``ssl_cert_reqs=none``), the client's own from ``ssl_certfile`` and
+    ``ssl_keyfile``.  Failures are PokeErrors of one line."""
+    try:
+        reqs = CERT_REQS[query.get("ssl_cert_reqs", "required").lower()]
+    except KeyError:
+        sock.close()
+        raise PokeError(
+            f"ssl_cert_reqs: none, optional or required, not {query['ssl_cert_reqs']!r}"
+        ) from None
+    try:
+        context = ssl.create_default_context(cafile=query.get("ssl_ca_certs"),
+                                             capath=query.get("ssl_ca_path"))  # fmt: skip
+        context.check_hostname = (
+            reqs != ssl.CERT_NONE and query.get("ssl_check_hostname", "true").upper() not in FALSE
+        )
+        context.verify_mode = reqs
+        if query.get("ssl_certfile"):
+            context.load_cert_chain(query["ssl_certfile"], query.get("ssl_keyfile"))
+        return context.wrap_socket(sock, server_hostname=host)
+    except BaseException as exc:
+        sock.close()
+        raise PokeError(tls_problem(exc)) from exc
+
+
+def tls_problem(exc: BaseException) -> str:
+    """One line for a failed TLS handshake (or its first read)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = exc.verify_message or str(exc)
+        if "expired" in why:
+            return f"TLS: the server's certificate has expired ({why})"
+        return f"TLS: the server's certificate is not trusted: {why} (check ssl_ca_certs)"
+    if isinstance(exc, TimeoutError):
+        return "TLS: no handshake in time (a plain-text port? then use redis://)"
+    text = str(exc)
+    low = text.lower()
+    if "certificate required" in low:
+        return "TLS: the server wants a client certificate (give ssl_certfile and ssl_keyfile)"
+    if "unknown ca" in low or "bad certificate" in low or "alert certificate expired" in low:
+        return "TLS: the server refused the client certificate"
+    if "eof occurred" in low:
+        return "TLS: the server closed the connection (does it want a client certificate?)"
+    if "wrong version number" in low or "record layer failure" in low:
+        return "TLS: the server does not speak TLS (a plain-text port? then use redis://)"
+    if isinstance(exc, FileNotFoundError):
+        return f"TLS: {exc.strerror}: {exc.filename}"
+    return f"TLS: {text}"
 
 
 MAX_REDIRECTS = 3
@@ -112,12 +172,6 @@ def poke(url: str, site: str, job_ids: list[str], *, timeout: float = 2.0) -> by
     key = SiteKeys(site).pokes
     xadd = encode("XADD", key, "MAXLEN", "~", POKES_MAXLEN, "*",
                   "ids", " ".join(job_ids), "source", socket.gethostname())  # fmt: skip
-    if url.startswith("rediss://"):  # TLS: let redis-py do it
-        from jobtap.collector.follow import poke as poke_with_client
-        from jobtap.connection import open_redis
-
-        r = open_redis(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-        return poke_with_client(r, SiteKeys(site), job_ids).encode()
     asking = False
     for _ in range(MAX_REDIRECTS + 1):
         sock, setup = connect(url, timeout)
@@ -130,6 +184,8 @@ def poke(url: str, site: str, job_ids: list[str], *, timeout: float = 2.0) -> by
                     read_reply(replies)
                 sock.sendall(xadd)
                 entry = read_reply(replies)
+        except ssl.SSLError as exc:  # TLS 1.3: a refused client certificate shows here
+            raise PokeError(tls_problem(exc)) from exc
         except PokeError as exc:
             hop = redirection(str(exc))
             if hop is None:
@@ -164,9 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (OSError, PokeError, ValueError) as exc:
         where = args.redis.split("@")[-1]
-        print(f"jobtap poke: not delivered to {where}: {exc}", file=sys.stderr)
-        return 1 if args.strict else 0
-    except Exception as exc:  # redis-py's errors on the TLS path
-        print(f"jobtap poke: not delivered: {exc}", file=sys.stderr)
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        if args.redis.startswith("redis://") and (
+            "closed by Redis" in why or isinstance(exc, ConnectionResetError)
+        ):
+            why += " (a TLS port? then use rediss://)"
+        print(f"jobtap poke: not delivered to {where}: {why}", file=sys.stderr)
         return 1 if args.strict else 0
     return 0

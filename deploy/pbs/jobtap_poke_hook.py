@@ -11,7 +11,10 @@
 #   hook writes the poke itself (a few lines of the Redis protocol, no process to
 #   start), marked "ended", so the collector keeps looking until the server shows
 #   the job finished.  It waits at most "timeout" seconds (0.25) for Redis; the
-#   execution hosts must reach Redis for it to help.
+#   execution hosts must reach Redis for it to help.  A rediss:// URL is served
+#   with Python's ssl module and redis-py's query parameters (ssl_ca_certs,
+#   ssl_certfile, ssl_keyfile, ssl_cert_reqs, ssl_check_hostname): the server's
+#   certificate is verified unless ssl_cert_reqs=none.
 #
 # Whatever happens the event is accepted: a lost poke only means the change is
 # seen at the next full stat.  The configuration (a JSON file imported with the
@@ -19,9 +22,10 @@
 import json
 import os
 import socket
+import ssl
 import subprocess
 
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pbs
 
@@ -79,13 +83,37 @@ def resp(*args):
     return b"".join(out)
 
 
+CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def tls(sock, host, query):
+    """The socket after a TLS handshake (bounded by the socket's timeout)."""
+    try:
+        reqs = CERT_REQS[query.get("ssl_cert_reqs", "required").lower()]
+        context = ssl.create_default_context(cafile=query.get("ssl_ca_certs"),
+                                             capath=query.get("ssl_ca_path"))
+        context.check_hostname = (reqs != ssl.CERT_NONE and query.get(
+            "ssl_check_hostname", "true").upper() not in ("0", "F", "FALSE", "N", "NO"))
+        context.verify_mode = reqs
+        if query.get("ssl_certfile"):
+            context.load_cert_chain(query["ssl_certfile"], query.get("ssl_keyfile"))
+        return context.wrap_socket(sock, server_hostname=host)
+    except socket.timeout:
+        sock.close()
+        raise ValueError("no TLS handshake within %gs (a plain-text port? then use redis://)"
+                         % sock.gettimeout())
+    except Exception:
+        sock.close()
+        raise
+
+
 def poke_now(config, jid):
     """XADD the poke over one short-lived connection; raises on any failure."""
     if not config.get("stream"):
         raise ValueError("no poke stream in the hook configuration")
     url = urlsplit(config.get("redis") or "redis://127.0.0.1:6379/0")
-    if url.scheme != "redis":
-        raise ValueError("the MoM hook speaks plain redis:// only, not %s" % url.scheme)
+    if url.scheme not in ("redis", "rediss"):
+        raise ValueError("the MoM hook speaks redis:// and rediss:// only, not %s" % url.scheme)
     commands = []
     if url.password:
         user = unquote(url.username) if url.username else None
@@ -97,7 +125,10 @@ def poke_now(config, jid):
     commands.append(resp("XADD", config["stream"], "MAXLEN", "~", config["maxlen"], "*",
                          "ids", jid, "source", socket.gethostname(), "ended", "1"))
     timeout = float(config.get("timeout") or 0.25)
-    sock = socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379), timeout)
+    host = url.hostname or "127.0.0.1"
+    sock = socket.create_connection((host, url.port or 6379), timeout)
+    if url.scheme == "rediss":
+        sock = tls(sock, host, dict(parse_qsl(url.query)))
     try:
         replies = sock.makefile("rb")
         for command in commands:  # one at a time: no XADD as the default user after a bad AUTH

@@ -52,7 +52,7 @@ def test_a_database_number_is_selected(tmp_path, redis_server):
     [
         ("redis://127.0.0.1:{free}/0", {}, "refused"),  # Redis away
         ("redis://poker:wrong@127.0.0.1:{port}/0", {}, "WRONGPASS"),
-        ("rediss://127.0.0.1:{port}/0", {}, "plain redis:// only"),
+        ("rediss://127.0.0.1:{port}/0", {}, "no TLS handshake"),  # TLS to a plain port
         ("redis://127.0.0.1:{port}/0", {"stream": ""}, "no poke stream"),
         ("redis://poker:pokerpw@127.0.0.1:{port}/0", {"stream": "jobtap:{other}:pokes"},
          "NOPERM"),
