@@ -3,6 +3,8 @@ and the benchmarks.
 
 Each server can be stopped, killed, restarted on the same port or started with
 extra configuration, so a test can take Redis away under a running component.
+With ``tls`` it serves TLS only (``--port 0 --tls-port PORT``), and its URL is a
+``rediss://`` one naming the CA.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -23,8 +26,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """A TLS server's certificate, key and CA; whether it asks its clients for
+    a certificate (``tls-auth-clients``: yes, no, optional); the client
+    certificate its own connections (the start-up ping, replicas, the cluster
+    bus) present."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    auth_clients: str = "no"
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+    def server_args(self) -> list[str]:
+        args = ["--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key),
+                "--tls-ca-cert-file", str(self.ca),
+                "--tls-auth-clients", self.auth_clients]  # fmt: skip
+        if self.client_cert is not None and self.client_key is not None:
+            args += ["--tls-client-cert-file", str(self.client_cert),
+                     "--tls-client-key-file", str(self.client_key)]  # fmt: skip
+        return args
+
+    def client_kwargs(self) -> dict:
+        kw: dict = {"ssl": True, "ssl_ca_certs": str(self.ca)}
+        if self.client_cert is not None:
+            kw.update(ssl_certfile=str(self.client_cert), ssl_keyfile=str(self.client_key))
+        return kw
+
+    def query(self) -> str:
+        q = f"ssl_ca_certs={self.ca}"
+        if self.client_cert is not None:
+            q += f"&ssl_certfile={self.client_cert}&ssl_keyfile={self.client_key}"
+        return q
+
+
 class RedisServer:
-    def __init__(self, workdir: Path | None = None, *, port: int | None = None, args=()):
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        *,
+        port: int | None = None,
+        args=(),
+        tls: TLSFiles | None = None,
+    ):
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             raise RuntimeError(
@@ -35,20 +81,29 @@ class RedisServer:
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="jobtap-redis-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.args = list(args)
+        self.tls = tls
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}/0?{self.tls.query()}"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self, **kw) -> redis.Redis:
+        if self.tls is not None:
+            kw = {**self.tls.client_kwargs(), **kw}
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def listen_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return ["--port", "0", "--tls-port", str(self.port), *self.tls.server_args()]
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         cmd = [
             self.binary,
-            "--port",
-            str(self.port),
+            *self.listen_args(),
             "--bind",
             "127.0.0.1",
             "--save",
@@ -71,11 +126,16 @@ class RedisServer:
                 log = logfile.read_text(errors="replace")[-2000:] if logfile.exists() else ""
                 raise RuntimeError(f"redis-server exited at start: {log}")
             try:
-                if self.client(socket_timeout=0.5).ping():
+                if self.client(socket_timeout=0.5, **self._ping_kwargs()).ping():
                     return self
             except redis.RedisError:
                 time.sleep(0.02)
+        self.stop(kill=True)
         raise RuntimeError(f"redis-server on port {self.port} did not answer in {timeout}s")
+
+    def _ping_kwargs(self) -> dict:
+        # whether it answers, whatever its certificate (a test may serve an expired one)
+        return {"ssl_cert_reqs": "none", "ssl_check_hostname": False} if self.tls else {}
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:

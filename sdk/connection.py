@@ -477,7 +477,12 @@ def tls_problem(exc: BaseException, url: str) -> str | None:
     if tls_url and ("wrong version number" in low or "record layer failure" in low
                     or "packet length too long" in low or "http request" in low):  # fmt: skip
         return "the server does not speak TLS (a plain-text port? then use redis://)"
-    if tls_url and ("[ssl" in low or "eof occurred in violation" in low):
+    if tls_url and "eof occurred in violation" in low:  # closed on us just after the handshake
+        if "ssl_certfile" in url:
+            return "the server closed the connection: did it refuse the client certificate?"
+        return "the server closed the connection: does it want a client certificate? (give "
+        "ssl_certfile and ssl_keyfile)"
+    if tls_url and "[ssl" in low:
         return text.split(". ", 1)[-1].rstrip(".")
     return None
 
