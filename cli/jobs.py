@@ -8,7 +8,8 @@ line on stderr and a non-zero exit status.
   one aligned line per change (time, site, job, user, type, old → new state,
   reason; coloured on a terminal, plain when piped): new jobs, state changes and
   finals, plus attribute-only updates with ``--updates``; or every event's JSON
-  with ``--json``.  With job ids it ends after their final changes; ``--all``
+  with ``--json``.  With job ids it ends after their final changes (a job not in
+  the cache for the user is waited for, said once on stderr); ``--all``
   watches every job of the site (operators); with neither, the user's own jobs.
 - ``jobtap show JOBID [--json]``: the cached record.
 - ``jobtap wait JOBID [--timeout S] [--state S]``: exits with the job's exit
@@ -164,8 +165,15 @@ def watch(
     kinds = ("job", "node", "queue") if nodes else ("job",)
     if not job_ids and not user and not all_jobs and client.user is None:
         raise click.UsageError("say what to watch: JOBID..., --user U or --all")
+    seen: set[str] = set()  # jobs delivered so far (the initial records first)
+
+    def deliver(change: jobtap.Change) -> None:
+        if change.kind == "job":
+            seen.add(change.object_id)
+        changes.put(change)
+
     sub = client.subscribe(
-        changes.put,
+        deliver,
         jobs=list(job_ids) or None,
         user=user,
         all_jobs=all_jobs,
@@ -173,6 +181,8 @@ def watch(
         kinds=kinds,
         initial=not no_initial,
     )
+    if job_ids:
+        waited_for(client, job_ids, seen, user, no_initial)
     out = sys.stdout
     updates = updates or bool(attrs)
     lines = LineFormatter(out)
@@ -205,6 +215,39 @@ def watch(
         sub.close()
     if sub.error is not None:
         raise click.ClickException(str(sub.error))
+
+
+def _visible(client: jobtap.Client, job_id: str, user: str | None) -> bool:
+    try:
+        return client.job(job_id, user=user) is not None
+    except jobtap.JobtapError:
+        return False
+
+
+def waited_for(
+    client: jobtap.Client,
+    job_ids: tuple[str, ...],
+    seen: set[str],
+    user: str | None,
+    no_initial: bool,
+) -> None:
+    """Say once, on stderr, which jobs are waited for without being in the cache,
+    and why they may never come (a watch of them would otherwise wait silently)."""
+    missing = [j for j in dict.fromkeys(job_ids) if j not in seen]
+    if no_initial:  # the initial records were read but not delivered: look
+        missing = [j for j in missing if not _visible(client, j, user)]
+    if not missing:
+        return
+    who = user or client.user
+    names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    click.echo(
+        f"jobtap watch: waiting for job{'s' if len(missing) > 1 else ''} {names}: not in "
+        f"site {client.site}'s cache for user {who}; watching for {who}'s job of that id "
+        "to appear. It never will if it is another user's job (you see only your own; "
+        "--user OWNER if you may read theirs) or the id is mistyped; a job just submitted "
+        "appears at the collector's next look. --timeout S gives up.",
+        err=True,
+    )
 
 
 @click.command()

@@ -66,3 +66,50 @@ def test_watch_through_a_pipe_is_plain(redis_server, r, tmp_path):
     lines = res.stdout.splitlines()
     assert len(lines) == 2 and not lines[0].startswith("time")
     assert lines[1].split()[1:] == [SITE, "2.pbs", "bob", "initial", "held"]
+
+
+# -- a job the user cannot see: said once, not waited for in silence ------------------------------
+def alice_env(redis_server, tmp_path) -> dict[str, str]:
+    """alice as a cluster user: a Redis user of her own (jobtap acl sync and grant,
+    as the admin), her credential file, no $JOBTAP_REDIS."""
+    admin = env(redis_server, tmp_path)
+    users = tmp_path / "users"
+    users.write_text("alice\nbob\n")
+    creds = tmp_path / "alice-credentials"
+    for args in (["sync", "--users-file", str(users), "--no-services"],
+                 ["grant", "alice", "--output", str(creds)]):  # fmt: skip
+        subprocess.run([*JOBTAP, "acl", *args, "--site", SITE, "--redis", redis_server.url],
+                       check=True, capture_output=True, env=admin, timeout=30)  # fmt: skip
+    clean = {k: v for k, v in admin.items() if k not in ("JOBTAP_REDIS", "JOBTAP_SITE")}
+    return {**clean, "JOBTAP_CREDENTIALS": str(creds)}
+
+
+def watch_briefly(args: list[str], environ: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*JOBTAP, "watch", *args, "--timeout", "0.3"], capture_output=True,
+                          text=True, timeout=30, env=environ)  # fmt: skip
+
+
+def test_watch_of_another_users_job_says_why_it_may_never_come(redis_server, r, tmp_path):
+    written(r)  # 1.pbs is alice's, 2.pbs bob's
+    alice = alice_env(redis_server, tmp_path)
+    res = watch_briefly(["2.pbs"], alice)
+    assert res.returncode == 0 and res.stdout == "", res.stderr
+    (note,) = res.stderr.splitlines()  # once
+    assert "waiting for job 2.pbs" in note and "user alice" in note
+    assert "another user's job" in note and "mistyped" in note
+    own = watch_briefly(["1.pbs"], alice)  # her own job: shown, nothing said
+    assert own.returncode == 0 and own.stderr == "", own.stderr
+    assert "1.pbs" in own.stdout and "running" in own.stdout
+
+
+def test_watch_of_a_mistyped_id_says_so_with_or_without_initial_records(
+    redis_server, r, tmp_path
+):
+    written(r)
+    environ = env(redis_server, tmp_path)
+    for extra in ([], ["--no-initial"]):
+        res = watch_briefly(["1.bps", "1.pbs", "--user", "alice", *extra], environ)
+        assert res.returncode == 0, res.stderr
+        (note,) = res.stderr.splitlines()
+        assert "waiting for job 1.bps:" in note and f"site {SITE}" in note, note
+        assert "user alice" in note and "1.pbs" not in note
