@@ -6,6 +6,10 @@ Nothing here imitates Redis: a node can be killed (its replica is promoted by
 the cluster itself after ``cluster-node-timeout``), put to sleep with ``DEBUG
 SLEEP``, or have a slot migrated away with the real ``CLUSTER SETSLOT`` /
 ``MIGRATE`` steps that ``redis-cli --cluster reshard`` runs.
+
+With ``tls`` (``jobtap.cli.localredis.TLSFiles``) every node serves TLS only,
+clients, replication (``tls-replication yes``) and the cluster bus
+(``tls-cluster yes``) alike, and the URLs are ``rediss://`` ones.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 import redis
 from redis.cluster import RedisCluster, key_slot
 
-from jobtap.cli.localredis import RedisServer, free_port
+from jobtap.cli.localredis import RedisServer, TLSFiles, free_port
 from jobtap.keys import SiteKeys
 from tests.support.wait import eventually
 
@@ -38,7 +42,14 @@ class ClusterNode(RedisServer):
     node of a real cluster does: the default user off, ``user`` with every right.
     """
 
-    def __init__(self, workdir: Path, *, auth: tuple[str, str] | None = None, args=()):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        auth: tuple[str, str] | None = None,
+        args=(),
+        tls: TLSFiles | None = None,
+    ):
         self.bus_port = free_port()
         self.auth = auth
         workdir.mkdir(parents=True, exist_ok=True)
@@ -59,7 +70,9 @@ class ClusterNode(RedisServer):
             )
             base += ["--aclfile", str(self.aclfile), "--enable-module-command", "yes"]
             base += ["--masteruser", auth[0], "--masterauth", auth[1]]
-        super().__init__(workdir, args=[*base, *args])
+        if tls is not None:
+            base += ["--tls-cluster", "yes", "--tls-replication", "yes"]
+        super().__init__(workdir, args=[*base, *args], tls=tls)
 
     def client(self, **kw) -> redis.Redis:
         if self.auth is not None:
@@ -99,16 +112,19 @@ class LocalCluster:
         auth: tuple[str, str] | None = None,
         node_args: Iterable[str] = (),
         node_class: type[ClusterNode] = ClusterNode,
+        tls: TLSFiles | None = None,
     ):
         self.cli = shutil.which("redis-cli")
         if self.cli is None:
             raise RuntimeError("redis-cli not found: install redis-tools (apt-get install redis)")
         self.auth = auth
+        self.tls = tls
         self.dir = Path(workdir)
         total = primaries * (1 + replicas)
         self.replicas = replicas
         self.nodes = [
-            node_class(self.dir / f"node{i}", auth=auth, args=list(node_args)) for i in range(total)
+            node_class(self.dir / f"node{i}", auth=auth, args=list(node_args), tls=tls)
+            for i in range(total)
         ]
 
     # -- lifetime ------------------------------------------------------------------------
@@ -133,9 +149,14 @@ class LocalCluster:
             node.stop(kill=True)
 
     def _cli_auth(self) -> list[str]:
+        out = []
+        if self.tls is not None:
+            out += ["--tls", "--cacert", str(self.tls.ca)]
+            if self.tls.client_cert is not None:
+                out += ["--cert", str(self.tls.client_cert), "--key", str(self.tls.client_key)]
         if self.auth is None:
-            return []
-        return ["--user", self.auth[0], "--pass", self.auth[1], "--no-auth-warning"]
+            return out
+        return [*out, "--user", self.auth[0], "--pass", self.auth[1], "--no-auth-warning"]
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         """Until every live node says the cluster is ok, agrees on who serves
@@ -175,6 +196,8 @@ class LocalCluster:
         if user is None and self.auth is not None:
             user, password = self.auth
         cred = f"{user}:{password}@" if user is not None else ""
+        if self.tls is not None:
+            return f"rediss://{cred}127.0.0.1:{node.port}/0?{self.tls.query()}"
         return f"redis://{cred}127.0.0.1:{node.port}/0"
 
     def live(self) -> list[ClusterNode]:
@@ -185,6 +208,8 @@ class LocalCluster:
         if self.auth is not None:
             kw.setdefault("username", self.auth[0])
             kw.setdefault("password", self.auth[1])
+        if self.tls is not None:
+            kw = {**self.tls.client_kwargs(), **kw}
         return RedisCluster(host="127.0.0.1", port=node.port, **kw)
 
     def by_port(self, port: int) -> ClusterNode:
