@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import orjson
 import redis
+from tenacity import RetryCallState
 
 from .backfill import Entry, Scan, newest_entry, parse_sid, scan_back
 from .cache import Cache, Ref
@@ -31,6 +32,8 @@ from .catchup import Planned, SiteReading, plan_object
 from .connection import (
     TRANSIENT,
     Site,
+    describe_error,
+    is_tls_failure,
     reconnecting,
     safe_url,
     translate_error,
@@ -573,7 +576,9 @@ class Dispatcher:
         started = time.monotonic()
         initial, cap = self.backoff
         try:
-            for attempt in reconnecting(self._stop, initial=initial, cap=cap):
+            for attempt in reconnecting(
+                self._stop, initial=initial, cap=cap, on_retry=partial(_say_tls_failure, link)
+            ):
                 with attempt:
                     link.connect()
         except redis.AuthenticationError as auth:  # revoked: end its subscriptions, loudly
@@ -605,3 +610,13 @@ class Dispatcher:
             cause,
             len({f for feeds in self.pending_on.values() for f in feeds}),
         )
+
+
+def _say_tls_failure(link: Link, state: RetryCallState) -> None:
+    """A failed TLS handshake will not mend by itself (a certificate expired, a
+    CA changed): say so at each attempt instead of retrying in silence."""
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None and outcome.failed else None
+    if exc is not None and is_tls_failure(exc):
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("jobtap: %s; trying again in %.1f s", describe_error(exc, link.url), wait)
