@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import math
+import pwd
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -839,6 +840,15 @@ def normalise_queue(
     }
 
 
+def local_username(uid: int) -> str:
+    """What ``flux jobs`` prints as the user of a job of ``uid`` when it runs on
+    this host (flux.job.info.get_username)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
 # The events journal ----------------------------------------------------------------
 # The state a job is at least in once the journal has shown this event (RFC 21).
 EVENT_STATE = {
@@ -898,13 +908,18 @@ def parse_journal_line(line: bytes | str) -> dict[str, Any] | None:
         return None
     context = doc.get("context")
     timestamp = doc.get("timestamp")
-    return {
+    out = {
         "id": job_id,
         "id_int": number,
         "event": name,
         "timestamp": timestamp if isinstance(timestamp, int | float) else None,
         "context": context if isinstance(context, dict) else {},
     }
+    if name == "submit" and isinstance(doc.get("jobspec"), dict):
+        out["jobspec"] = doc["jobspec"]
+    elif name == "alloc" and isinstance(doc.get("R"), dict):
+        out["R"] = doc["R"]
+    return out
 
 
 def journal_job_ids(
@@ -943,9 +958,11 @@ def journal_job_ids(
         if job_id not in batch.states:
             batch.append(job_id)
             batch.states[job_id] = "NEW"
-        batch.entries.setdefault(job_id, []).append(
-            {"event": doc["event"], "timestamp": timestamp, "context": doc["context"]}
-        )
+        entry = {"event": doc["event"], "timestamp": timestamp, "context": doc["context"]}
+        for extra in ("jobspec", "R"):  # on submit and alloc
+            if extra in doc:
+                entry[extra] = doc[extra]
+        batch.entries.setdefault(job_id, []).append(entry)
         implied = EVENT_STATE.get(doc["event"])
         if doc["event"] == "exception" and doc["context"].get("severity") == 0:
             implied = "CLEANUP"
@@ -979,11 +996,19 @@ class FluxBackend(CommandBackend):
     runs ``flux`` (``journal_reader/`` beside this file by default).
     ``from_journal``: in follow mode, build a job's new record from the journal
     events the feed read, when they are enough (:mod:`.flux_journal`), instead
-    of listing the job again.  ``clock``: the instance's time (the journal's
-    timestamps are its), to know which events a listing already shows.
+    of listing the job again; ``new_jobs``: also for jobs the feed saw from
+    their submit on, from the jobspec and R the journal carries (else those
+    are listed until a record of theirs is at hand).  ``clock``: the
+    instance's time (the journal's timestamps are its), to know which events
+    a listing already shows.
     ``overlap``: seconds by which each probe's window (:meth:`probe`) reaches
     back into the last one's.
     """
+
+    # In follow mode the journal names every job that changed and carries its
+    # new record (flux_journal.py): the cycles between two reconciliations need
+    # no listing (a pushed plan, collector/plan.py), as with Slurm's hooks.
+    follow_pushed = True
 
     def __init__(
         self,
@@ -1001,6 +1026,7 @@ class FluxBackend(CommandBackend):
         coalesce: float = 0.05,
         max_delay: float = 0.25,
         from_journal: bool = True,
+        new_jobs: bool = True,
         clock: Callable[[], float] = time.time,
         overlap: float = 5.0,
     ) -> None:
@@ -1022,7 +1048,11 @@ class FluxBackend(CommandBackend):
         self.max_delay = float(max_delay)
         self.from_journal = bool(from_journal)
         self.clock = clock
-        self.journal = JournalRecords()
+        # flux jobs names a job's user from the passwd database of the host it
+        # runs on: this one's, without a prefix
+        self.journal = JournalRecords(
+            lookup_user=None if self.prefix else local_username, new_jobs=new_jobs
+        )
 
     def __repr__(self) -> str:
         return f"FluxBackend({self.flux!r}{self._via()})"
@@ -1179,6 +1209,7 @@ class FluxBackend(CommandBackend):
         still holds.  Without either, only new events are printed.  The
         journal is open only to the instance owner.
         """
+        self.journal.restart()  # what it followed may miss an event from here on
         argv = [self.flux, "python", self.reader_path]
         argv += ["--coalesce", f"{self.coalesce:g}", "--max-delay", f"{self.max_delay:g}"]
         if since is not None:

@@ -620,12 +620,23 @@ def test_reader_replays_the_recorded_journal() -> None:
             want["context"],
         )  # fmt: skip
         assert ("userid" in got) == (got["event"] == "submit")
-        assert "jobspec" not in got and "R" not in got
-    assert events[0] == {
+        assert ("jobspec" in got) == (got["event"] == "submit")  # job-list's part of it
+        assert ("R" in got) == (got["event"] == "alloc")
+    assert {k: v for k, v in events[0].items() if k != "jobspec"} == {
         "id": "\u019245fzSqM", "id_int": 117272739840, "event": "submit",
         "timestamp": 1795274936.4471116, "userid": 0,
         "context": {"userid": 0, "urgency": 16, "flags": 0, "version": 1},
     }  # fmt: skip
+    batch = next(x for x in events if x["event"] == "submit" and x["id_int"] == 149770207232)
+    system = batch["jobspec"]["attributes"]["system"]
+    assert system == {
+        "duration": 0,
+        "cwd": "/home/alice/flux",
+        "job": {"name": "batch"},
+        "shell": {"options": {"per-resource": {"type": "node"}}},
+    }  # no script
+    assert batch["jobspec"]["tasks"] == [{"command": ["flux"], "slot": "task",
+                                          "count": {"per_slot": 1}}]  # fmt: skip
     assert lines[-1] == {"flush": True}
     flushes = sum(1 for x in lines if x.get("flush"))
     assert 10 < flushes < len(events)  # quiet gaps end batches; bursts share one
@@ -895,3 +906,55 @@ def test_journal_replay_matches_polling_without_gap_or_duplicate(fake, r, from_j
     assert names["exit3"] == ["failed"]  # its whole life took 92 ms
     assert len(push_events) > len(poll_events)
     assert os.environ.get("JOBTAP_FAKE_FLUX")  # the stand-in, never a real flux
+
+
+def test_follow_mode_lists_jobs_only_to_reconcile(fake: FakeFlux, r, tmp_path: Path) -> None:
+    """The captured journal replayed live (5x its recorded pace) under the
+    collector service in follow mode, every job brand new (its submit is in the
+    journal, most of them live a fraction of a second): every job's record
+    comes from the journal, so the stand-in's log of calls holds one ``flux
+    jobs`` listing per reconciliation, the node stat's running jobs once, and
+    no ``flux jobs --json ID`` and no ``--since`` probe in between."""
+    import threading
+
+    from jobtap.collector.service import CollectorService
+    from tests.support.pipeline import meta
+    from tests.support.wait import eventually
+
+    calls = tmp_path / "calls.jsonl"
+    settings = {"journal_speed": 5, "journal_clock": str(tmp_path / "clock"),
+                "journal_end": "open", "call_log": str(calls)}  # fmt: skip
+    fake.set(None, **settings)
+    control = {"dir": str(FIXTURES), **settings}
+    backend = fake.backend(clock=lambda: flux_standin.replay_time(control) or 0.0)
+    assert backend.follow_pushed
+    site = "fluxcalls"
+    collector = Collector(backend, r, site=site, nodes_every=10**6, reconcile_every=2.0,
+                          pushed=True)  # fmt: skip
+    service = CollectorService(collector, interval=0.5, follow=True, backend_name="flux")
+    runner = threading.Thread(target=service.run, daemon=True)
+    runner.start()
+    names = {encode_f58(j.final["id"]): j.final["name"] for j in flux_standin.job_dirs(FIXTURES)}
+
+    def finals() -> dict[str, tuple]:
+        tracker = collector.tracker.of("job") if collector.tracker else {}
+        done = {j: e for j, e in tracker.items() if e.state in TERMINAL}
+        assert set(done) == set(names), sorted(set(names) - set(done))
+        return done
+
+    try:
+        done = eventually(finals, timeout=90, what="every job final")
+    finally:
+        service.stop_event.set()
+        runner.join(timeout=30)
+    for job_id, entry in done.items():
+        assert entry.state == FINAL[names[job_id]][0], names[job_id]
+    jobs_calls = [c["argv"] for c in map(json.loads, calls.open()) if c["argv"][0] == "jobs"]
+    health = meta(r, site)
+    listings = [a for a in jobs_calls if a == ["jobs", "-a", "-A", "--json", "-c", "0"]]
+    running = [a for a in jobs_calls if "-f" in a and a[a.index("-f") + 1] == "running"]
+    assert len(running) == 1  # the first cycle's node stat
+    assert len(listings) == int(health["cycles_reconcile"]) >= 2
+    assert len(listings) + len(running) == len(jobs_calls), jobs_calls
+    assert int(health.get("cycles_pushed", 0)) > 0  # cycles in between: no listing
+    assert backend.journal.listed == 0 and backend.journal.built >= len(names)

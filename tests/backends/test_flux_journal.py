@@ -14,6 +14,7 @@ from jobtap.collector.backends.flux import parse_flux_jobs
 from jobtap.collector.backends.flux_journal import (
     KEY_ORDER,
     CannotApply,
+    JobState,
     JournalRecords,
     apply_events,
     ordered,
@@ -79,7 +80,8 @@ def test_records_follow_the_order_flux_jobs_prints() -> None:
     final = listed(JOBS["ok-117272739840"].final)
     shuffled = dict(reversed(list(final.items())))
     assert list(ordered(shuffled)) == list(final)
-    assert list(ordered({"state": "RUN", "bank": "b", "id": 1})) == ["id", "state", "bank"]
+    assert list(ordered({"state": "RUN", "bank": "b", "id": 1})) == ["bank", "id", "state"]
+    assert list(ordered({"state": "RUN", "other": "b", "id": 1})) == ["id", "state", "other"]
     assert list(ordered({"t_run": 1.0, "custom": 2})) == ["t_run", "custom"]
     assert len(set(KEY_ORDER)) == len(KEY_ORDER)
 
@@ -119,7 +121,8 @@ def test_journal_records_list_what_they_cannot_build() -> None:
     records.note_events({held_id: release[3:]})
     found, listing = records.take([held_id])
     assert listing == [] and found[held_id] == listed(held.final)
-    assert held_id not in records.records and (records.derived, records.listed) == (1, 3)
+    assert records.records[held_id][0] == found[held_id]  # kept: a late poke gets the same
+    assert (records.derived, records.listed) == (1, 3)
 
 
 def test_a_full_listing_keeps_only_the_events_it_cannot_show() -> None:
@@ -185,3 +188,190 @@ def test_follow_mode_refreshes_what_the_journal_gives_first(r, tmp_path, monkeyp
     assert svc.serve_pokes()
     assert groups == [[ok_id], [held_id]]
     assert svc.collector.tracker.of("job")[ok_id].state == "completed"
+
+
+# New jobs: records from the journal alone ------------------------------------------
+def raw_journal() -> dict[int, list[dict]]:
+    """Per job, its events as the job manager's journal sent them (jobspec on
+    submit, R on alloc), in the form the feed hands them over."""
+    out: dict[int, list[dict]] = {}
+    for line in (FIXTURES / "journal.raw.jsonl").open():
+        doc = json.loads(line)
+        for event in doc["events"]:
+            entry = {"event": event["name"], "timestamp": event["timestamp"],
+                     "context": event.get("context") or {}}  # fmt: skip
+            for extra in ("jobspec", "R"):
+                if extra in doc:
+                    entry[extra] = doc[extra]
+            out.setdefault(doc["id"], []).append(entry)
+    return out
+
+
+def read_journal() -> dict[int, list[dict]]:
+    """The same through the journal reader (what it keeps of jobspec and R)."""
+    import subprocess
+    import sys
+
+    from jobtap.collector.backends.flux import READER_PATH, journal_job_ids
+
+    out = subprocess.run([sys.executable, str(READER_PATH), "--replay",
+                          str(FIXTURES / "journal.consumer.jsonl")],
+                         capture_output=True, check=True, timeout=30).stdout  # fmt: skip
+    per: dict[int, list[dict]] = {}
+    for batch in journal_job_ids(out.splitlines()):
+        for job_id, events in batch.entries.items():
+            per.setdefault(flux_jobs_number(job_id), []).extend(events)
+    return per
+
+
+def flux_jobs_number(job_id: str) -> int:
+    from jobtap.collector.backends.flux import decode_jobid
+
+    return decode_jobid(job_id)
+
+
+JOURNALS = {"raw": raw_journal, "reader": read_journal}
+
+
+@pytest.mark.parametrize("source", sorted(JOURNALS))
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_a_new_job_from_the_journal_alone_at_every_point_of_its_life(
+    name: str, source: str
+) -> None:
+    """job-list's bookkeeping copied (JobState): from the submit event (its
+    jobspec), the alloc event (its R) and the rest, after each of the job's
+    journal events, the record is byte for byte what flux jobs printed then
+    (same fingerprint), or nothing while flux jobs does not list the job."""
+    from jobtap.collector.backends.flux import encode_f58
+
+    job = JOBS[name]
+    number = job.final["id"]
+    events = JOURNALS[source]()[number]
+    assert events[0]["event"] == "submit" and "jobspec" in events[0]
+    state = JobState(encode_f58(number), number)
+    points = 0
+    for event in events:
+        assert state.apply(event)
+        want = job.at(event["timestamp"])
+        assert state.listed == (want is not None), (name, event["event"])
+        if want is None:
+            continue
+        got = state.record("root", encode_f58(number))
+        want = listed(want)
+        assert orjson.dumps(got) == orjson.dumps(want), (name, event["event"])
+        assert fingerprint(got) == fingerprint(want)
+        points += 1
+    assert points >= len(events) - 2
+    assert state.record("root", encode_f58(number)) == listed(job.final)
+
+
+def test_job_list_rules_the_captures_do_not_reach() -> None:
+    """Rules copied from flux-core 0.88's job-list that no captured job
+    exercises: a job name from the command, ntasks from count.total and from
+    per-resource options with R, an exclusive node request's cores from R, a
+    non-fatal exception shown once the job is inactive, a memo's uri, a
+    jobspec-update that moves the job back to PRIORITY, a resource-update."""
+
+    def spec(resources: list, **system) -> dict:
+        return {"version": 1, "resources": resources,
+                "tasks": [{"command": ["/usr/bin/hostname", "-s"], "slot": "task",
+                           "count": {"per_slot": 1}}],
+                "attributes": {"system": {"duration": 60, **system}}}  # fmt: skip
+
+    def run(jobspec: dict, R: dict | None, *more: tuple[str, dict]) -> dict:
+        state = JobState("ƒx", 7)
+        timeline = [("submit", {"userid": 5, "urgency": 16, "flags": 0, "version": 1}),
+                    ("validate", {}), ("depend", {}), ("priority", {"priority": 16}),
+                    ("alloc", {}), *more]  # fmt: skip
+        for t, (event, context) in enumerate(timeline):
+            state.apply({"event": event, "timestamp": 100.0 + t, "context": context,
+                         "jobspec": jobspec, "R": R})  # fmt: skip
+        return state.record("u5", "ƒx")
+
+    slot = {"type": "slot", "count": 2, "label": "task",
+            "with": [{"type": "core", "count": 3}]}  # fmt: skip
+    R = {
+        "version": 1,
+        "execution": {
+            "R_lite": [
+                {"rank": "0-1", "children": {"core": "0-3"}},
+                {"rank": "4", "children": {"core": "1"}},
+            ],
+            "nodelist": ["n[01-02]", "n05"],
+            "expiration": 200.0,
+        },
+    }
+    plain = run(spec([slot], queue="batch"), R)
+    assert (plain["name"], plain["queue"], plain["ntasks"]) == ("hostname", "batch", 2)
+    assert (plain["nnodes"], plain["ncores"], plain["ranks"]) == (3, 9, "[0-1,4]")
+    assert (plain["nodelist"], plain["expiration"], plain["duration"]) == ("n[01-02,05]", 200.0,
+                                                                            60.0)  # fmt: skip
+    node = {"type": "node", "count": 2, "exclusive": True, "with": [slot]}
+    per_node = spec([node], shell={"options": {"per-resource": {"type": "node", "count": 3}}})
+    pending = JobState("ƒx", 7)
+    pending.apply({"event": "submit", "timestamp": 1.0, "jobspec": per_node,
+                   "context": {"userid": 5, "urgency": 16}})  # fmt: skip
+    pending.apply({"event": "validate", "timestamp": 2.0, "context": {}})
+    assert pending.record("u5", "ƒx")["ntasks"] == 6 and "ncores" not in pending.record("u5", "ƒx")
+    assert pending.record("u5", "ƒx")["t_depend"] == pending.record("u5", "ƒx")["t_submit"]
+    per_core = spec([node], shell={"options": {"per-resource": {"type": "core"}}})
+    assert run(per_core, R)["ntasks"] == 9 and run(per_core, R)["ncores"] == 9
+    total = spec([slot])
+    total["tasks"][0]["count"] = {"total": 5}
+    assert run(total, R)["ntasks"] == 5
+    warned = run(spec([slot]), R, ("exception", {"type": "w", "severity": 2, "note": "n"}),
+                 ("finish", {"status": 0}), ("clean", {}))  # fmt: skip
+    assert warned["exception"] == {"occurred": True, "severity": 2, "type": "w", "note": "n"}
+    assert (warned["result"], warned["success"], warned["returncode"]) == ("COMPLETED", True, 0)
+    memo = run(spec([slot]), R, ("memo", {"uri": "ssh://h/tmp/x", "k": 1}))
+    assert memo["uri"] == "ssh://h/tmp/x" and memo["annotations"] == {"user": {"k": 1}}
+    updated = JobState("ƒx", 7)
+    for t, (event, context) in enumerate(
+        [("submit", {"userid": 5, "urgency": 16}), ("validate", {}), ("depend", {}),
+         ("priority", {"priority": 16}),
+         ("jobspec-update", {"attributes.system.duration": 30.0})]
+    ):  # fmt: skip
+        updated.apply({"event": event, "timestamp": 1.0 + t, "context": context,
+                       "jobspec": spec([slot])})  # fmt: skip
+    record = updated.record("u5", "ƒx")
+    assert (record["state"], record["duration"], record["t_sched"]) == ("PRIORITY", 30.0, 4.0)
+    expiring = run(spec([slot]), R, ("resource-update", {"expiration": 300.0}))
+    assert expiring["expiration"] == 300.0
+    with pytest.raises(CannotApply):  # a jobspec this copy cannot read: the job is listed
+        JobState("ƒx", 7).apply({"event": "validate", "timestamp": 1.0, "context": {}})
+
+
+def test_journal_records_follow_new_jobs_without_listing() -> None:
+    """JournalRecords: a job whose submit the feed saw is answered at every
+    refresh; before validate it is in neither list; its user name comes from a
+    listing or the lookup, else it is listed; a feed restart hands it back to
+    the last record and events."""
+    from jobtap.collector.backends.flux import encode_f58
+
+    ok = JOBS["ok-117272739840"]
+    ok_id = encode_f58(ok.final["id"])
+    events = raw_journal()[ok.final["id"]]
+    records = JournalRecords()
+    records.note_events({ok_id: events[:1]})  # submit
+    assert records.take([ok_id]) == ({}, [])  # flux jobs would not list it yet
+    records.note_events({ok_id: events[1:3]})  # validate, depend
+    assert records.at_hand([ok_id]) == [] and records.take([ok_id]) == ({}, [ok_id])  # no user
+    records.note_listing(
+        {"ƒother": {"id": 1, "userid": 0, "username": "root", "jobid": "ƒother", "state": "RUN"}},
+        0.0,
+        full=False,
+    )
+    assert records.at_hand([ok_id]) == [ok_id]
+    alloc = next(i for i, e in enumerate(events) if e["event"] == "alloc")
+    records.note_events({ok_id: events[3 : alloc + 1]})
+    found, listing = records.take([ok_id])
+    assert listing == [] and found[ok_id] == listed(ok.at(events[alloc]["timestamp"]))
+    records.restart()
+    records.note_events({ok_id: events[alloc + 1 :]})
+    found, listing = records.take([ok_id])  # from the record kept, events applied to it
+    assert listing == [] and found[ok_id] == listed(ok.final)
+    assert (records.derived, records.built, records.listed) == (2, 1, 1)
+    ascii_ids = JournalRecords(lookup_user=lambda uid: "root")
+    ascii_ids.note_listing({"ƒother": {"jobid": "fother"}}, 0.0, full=False)
+    ascii_ids.note_events({ok_id: events})
+    assert ascii_ids.take([ok_id])[0][ok_id]["jobid"] == "f" + ok_id[1:]

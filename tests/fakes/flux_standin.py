@@ -53,6 +53,9 @@ stand-in takes 0.3-0.4 s by itself on the project's machine (shell, Python,
 reading the fixtures), so it adds no sleep: a change that makes more calls
 shows in time here at least as much as on a real Flux.
 
+``"call_log": PATH`` appends one JSON line per call (``{"argv": [...], "time": T}``,
+the arguments after ``flux``) before answering it.
+
 Modes (``"mode"``, or per program in ``"modes"``: ``{"jobs": "fail"}``; program
 names: ``jobs`` (listing), ``jobs-ids``, ``resource``, ``queue``, ``job``,
 ``python``):
@@ -118,16 +121,34 @@ def expand_hostlist(text: str) -> list[str]:
 
 
 # Job records ---------------------------------------------------------------------
-class JobDir:
-    """One job of the fixtures: final record, eventlog, jobspec."""
+def journal_annotations(directory: Path) -> dict[int, list[dict]]:
+    """Per job, the ``annotations`` events of the recorded journal: job-list
+    takes a job's annotations from them (they are not in its eventlog)."""
+    out: dict[int, list[dict]] = {}
+    path = directory / "journal.raw.jsonl"
+    if path.exists():
+        for line in path.open():
+            doc = json.loads(line) if line.strip() else {}
+            for event in doc.get("events") or []:
+                if event.get("name") == "annotations":
+                    out.setdefault(doc["id"], []).append(event)
+    return out
 
-    def __init__(self, path: Path):
+
+class JobDir:
+    """One job of the fixtures: final record, eventlog, jobspec, and the
+    annotations events the journal recorded for it."""
+
+    def __init__(self, path: Path, annotations: dict[int, list[dict]] | None = None):
         self.final = json.loads((path / "jobs.json").read_text())
         self.events = [
             json.loads(line) for line in (path / "eventlog.jsonl").open() if line.strip()
         ]
         spec = path / "jobspec.json"
         self.jobspec = json.loads(spec.read_text()) if spec.exists() else {}
+        if annotations is None:
+            annotations = journal_annotations(path.parent.parent)
+        self.annotations = annotations.get(self.final["id"], [])
 
     def requests_nodes(self) -> bool:
         resources = self.jobspec.get("resources") or [{}]
@@ -155,8 +176,10 @@ class JobDir:
                 priority = ctx.get("priority")
                 if state == "PRIORITY":
                     state, times["t_sched"] = "SCHED", ts
-            elif name == "urgency":
+            elif name == "urgency":  # job-list: back to PRIORITY until the next priority
                 urgency = ctx.get("urgency")
+                if state == "SCHED":  # and its priority is not shown until SCHED again
+                    state, priority = "PRIORITY", None
             elif name == "dependency-add":
                 deps.append(ctx["description"])
             elif name == "dependency-remove":
@@ -208,8 +231,10 @@ class JobDir:
                     out[key] = uri
             elif key == "dependencies":
                 out[key] = list(deps)
-            elif key == "annotations":
-                out[key] = value if ran else {}
+            elif key == "annotations":  # the last annotations event's
+                noted = [a for a in self.annotations if a["timestamp"] <= t]
+                context = noted[-1].get("context") or {} if noted else {}
+                out[key] = context.get("annotations") or {}
             elif key == "exception":
                 out[key] = value if exception else {"occurred": False}
             else:
@@ -220,7 +245,8 @@ class JobDir:
 
 
 def job_dirs(directory: Path) -> list[JobDir]:
-    return [JobDir(p) for p in sorted((directory / "jobs").iterdir()) if p.is_dir()]
+    annotations = journal_annotations(directory)
+    return [JobDir(p, annotations) for p in sorted((directory / "jobs").iterdir()) if p.is_dir()]
 
 
 def order(jobs: list[dict]) -> list[dict]:
@@ -571,6 +597,9 @@ def main(argv: list[str]) -> int:
     program, rest = args[0], args[1:]
     try:
         control = load_control()
+        if control.get("call_log"):  # what was asked, for tests that count commands
+            with open(control["call_log"], "a", encoding="utf-8") as log:
+                log.write(json.dumps({"argv": args, "time": time.time()}) + "\n")
         key = program
         if program == "jobs" and any(not a.startswith("-") for a in parse_ids(rest)):
             key = "jobs-ids"

@@ -26,8 +26,12 @@ the instance owner is refused at once), ``{"sentinel": true}``
 at the end of the backlog (with ``--since``/``--full``), and ``{"flush": true}``
 when the journal has been quiet for ``--coalesce`` seconds after an event, or
 ``--max-delay`` seconds after the first event not yet flushed: the reader's
-batch boundaries.  Jobspec and R, which the journal carries on submit and
-alloc, are left out (the collector stats the job instead).
+batch boundaries.  Submit events also carry ``jobspec`` and alloc events
+``R``, as the journal gives them, cut to what Flux's job-list reads of them
+(the resources, the tasks' counts and first command word, the job's name,
+duration, cwd, queue, project, bank and per-resource option; R's R_lite,
+nodelist and expiration): the collector builds a new job's record from them as
+job-list does, without asking ``flux jobs``.
 
 The journal is open only to the instance owner; anyone else gets "Operation not
 permitted" on standard error and exit status 1.
@@ -68,8 +72,66 @@ def encode_f58(value: int) -> str:
     return "\u0192" + "".join(reversed(digits))
 
 
-def entry(jobid: int, name: str, timestamp: float, context: dict[str, Any] | None) -> dict:
-    """The NDJSON record of one journal event."""
+_JOBSPEC_SYSTEM = ("duration", "cwd", "queue", "project", "bank")
+
+
+def trim_jobspec(jobspec: Any) -> Any:
+    """The parts of a jobspec that job-list reads (resources, the tasks' counts
+    and first command word, and attributes.system's duration, cwd, queue,
+    project, bank, job name and per-resource option): a batch script or an
+    environment need not cross the pipe.  Anything else is returned as is."""
+    if not isinstance(jobspec, dict):
+        return jobspec
+    out: dict[str, Any] = {k: jobspec[k] for k in ("version", "resources") if k in jobspec}
+    tasks = jobspec.get("tasks")
+    if isinstance(tasks, list):
+        out["tasks"] = [
+            {k: (v[:1] if k == "command" and isinstance(v, list) else v)
+             for k, v in task.items() if k in ("command", "slot", "count")}
+            if isinstance(task, dict) else task
+            for task in tasks
+        ]  # fmt: skip
+    elif "tasks" in jobspec:
+        out["tasks"] = tasks
+    attributes = jobspec.get("attributes")
+    system = attributes.get("system") if isinstance(attributes, dict) else None
+    if isinstance(system, dict):
+        kept = {k: system[k] for k in _JOBSPEC_SYSTEM if k in system}
+        job = system.get("job")
+        if isinstance(job, dict):
+            kept["job"] = {"name": job["name"]} if "name" in job else {}
+        elif "job" in system:
+            kept["job"] = job
+        shell = system.get("shell")
+        options = shell.get("options") if isinstance(shell, dict) else None
+        if isinstance(options, dict) and "per-resource" in options:
+            kept["shell"] = {"options": {"per-resource": options["per-resource"]}}
+        out["attributes"] = {"system": kept}
+    elif attributes is not None:
+        out["attributes"] = attributes
+    return out
+
+
+def trim_R(R: Any) -> Any:
+    """The parts of R that job-list reads (R_lite, nodelist, expiration)."""
+    execution = R.get("execution") if isinstance(R, dict) else None
+    if not isinstance(execution, dict):
+        return R
+    keep = ("R_lite", "nodelist", "starttime", "expiration")
+    return {"version": R.get("version"),
+            "execution": {k: execution[k] for k in keep if k in execution}}  # fmt: skip
+
+
+def entry(
+    jobid: int,
+    name: str,
+    timestamp: float,
+    context: dict[str, Any] | None,
+    jobspec: Any = None,
+    R: Any = None,
+) -> dict:
+    """The NDJSON record of one journal event (with what job-list reads of the
+    jobspec on submit, of R on alloc)."""
     context = dict(context or {})
     out: dict[str, Any] = {
         "id": encode_f58(jobid),
@@ -80,6 +142,10 @@ def entry(jobid: int, name: str, timestamp: float, context: dict[str, Any] | Non
     }
     if name == "submit" and "userid" in context:
         out["userid"] = context["userid"]
+    if name == "submit" and jobspec is not None:
+        out["jobspec"] = trim_jobspec(jobspec)
+    elif name == "alloc" and R is not None:
+        out["R"] = trim_R(R)
     return out
 
 
@@ -144,11 +210,13 @@ def recorded_events(path: str) -> Iterator[dict[str, Any] | None]:
                     yield None
                     continue
                 for event in doc["events"]:
-                    yield entry(doc["id"], event["name"], event["timestamp"], event.get("context"))
+                    yield entry(doc["id"], event["name"], event["timestamp"], event.get("context"),
+                                doc.get("jobspec"), doc.get("R"))  # fmt: skip
             elif doc.get("sentinel") or doc.get("jobid_int") == -1:
                 yield None
             else:  # JournalConsumer dump
-                yield entry(doc["jobid_int"], doc["name"], doc["timestamp"], doc.get("context"))
+                yield entry(doc["jobid_int"], doc["name"], doc["timestamp"], doc.get("context"),
+                            doc.get("jobspec"), doc.get("R"))  # fmt: skip
 
 
 def replay(args: argparse.Namespace, emitter: Emitter) -> int:
@@ -213,7 +281,9 @@ def follow(args: argparse.Namespace, emitter: Emitter) -> int:
             emitter.control(sentinel=True)
             continue
         now = time.monotonic()
-        emitter.event(entry(int(event.jobid), event.name, event.timestamp, event.context), now)
+        doc = entry(int(event.jobid), event.name, event.timestamp, event.context,
+                    getattr(event, "jobspec", None), getattr(event, "R", None))  # fmt: skip
+        emitter.event(doc, now)
         if emitter.due(now):
             emitter.flush()
 

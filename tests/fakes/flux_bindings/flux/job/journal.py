@@ -31,13 +31,18 @@ import flux
 
 
 class JournalEvent:
-    """One event: ``jobid`` (int), ``name``, ``timestamp``, ``context``."""
+    """One event: ``jobid`` (int), ``name``, ``timestamp``, ``context``, and as
+    flux-core's: ``jobspec`` on a submit event, ``R`` on an alloc event (what
+    the service sends beside them), None otherwise."""
 
-    def __init__(self, jobid: int, event: dict) -> None:
+    def __init__(self, jobid: int, event: dict, jobspec: dict | None = None,
+                 R: dict | None = None) -> None:  # fmt: skip
         self.jobid = jobid
         self.name = event.get("name")
         self.timestamp = event.get("timestamp", 0.0)
         self.context = event.get("context") or {}
+        self.jobspec = jobspec if self.name == "submit" and jobid != -1 else None
+        self.R = R if self.name == "alloc" and jobid != -1 else None
 
     def is_empty(self) -> bool:
         return self.jobid == -1
@@ -63,11 +68,13 @@ def recorded(control: dict) -> tuple[list[JournalEvent], list[JournalEvent]]:
                 if doc.get("id") == -1 and not doc["events"]:
                     target = live
                     continue
-                target.extend(JournalEvent(doc["id"], e) for e in doc["events"])
+                target.extend(JournalEvent(doc["id"], e, doc.get("jobspec"), doc.get("R"))
+                              for e in doc["events"])  # fmt: skip
             elif doc.get("sentinel") or doc.get("jobid_int") == -1:
                 target = live
             else:  # JournalConsumer dump
-                target.append(JournalEvent(doc["jobid_int"], doc))
+                target.append(JournalEvent(doc["jobid_int"], doc, doc.get("jobspec"),
+                                           doc.get("R")))  # fmt: skip
     return backlog, live
 
 
