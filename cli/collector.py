@@ -70,7 +70,7 @@ from .options import (
     default=None,
     help="Between full stats: probe what changed every cycle, or stat no jobs and rely on "
     "follow mode's pokes.  Default: no probe with --follow on Slurm (its probe costs "
-    "slurmctld a full stat), else probe.",
+    "slurmctld a full stat) and Flux (its journal carries every change), else probe.",
 )
 @click.option(
     "--max-targeted",
@@ -207,7 +207,8 @@ def collector(
     }[backend]()
     be = make_backend(backend, **options)
     if probe is None:
-        probe = not (follow and getattr(be, "probe_costs_full_stat", False))
+        pushed = getattr(be, "probe_costs_full_stat", False) or getattr(be, "follow_pushed", False)
+        probe = not (follow and pushed)
     data = connect(redis_url)
     queues = connect_queues(queue_redis, data)
     col = Collector(
