@@ -2,14 +2,17 @@
 certificates required): two simulated sites on two shards, their collectors,
 a real ``jobtap worker --all-sites`` (rq on a TLS Redis of its own), an SDK
 client subscribed to every job (sharded subscriptions on the replicas) and a
-consumer of each stream; `jobtap poke` through the cluster's redirection.
-Everything is checked against the sites' streams and ground truth."""
+consumer of each stream; `jobtap poke` through the cluster's redirection;
+`jobtap acl sync` reaching every node over TLS.  Everything is checked
+against the sites' streams and ground truth."""
 
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from jobtap.cli import poke
+from jobtap.cli.acl import acl as acl_cli
 from jobtap.cli.localredis import RedisServer
 from jobtap.connection import open_redis
 from jobtap.keys import SiteKeys
@@ -17,11 +20,13 @@ from tests.support.cluster import LocalCluster
 from tests.support.multisite import Audience, SimSite, WorkerPool, check_site, wait_for_everything
 
 CYCLES = 3
+ADMIN = ("admin", "admin-secret")
 
 
 @pytest.fixture
 def tls_cluster(tmp_path, pki):
-    cluster = LocalCluster(tmp_path / "cluster", tls=pki.server_files("yes")).start()
+    cluster = LocalCluster(tmp_path / "cluster", tls=pki.server_files("yes"), auth=ADMIN,
+                           node_args=["--repl-diskless-sync-delay", "0"]).start()  # fmt: skip
     yield cluster
     cluster.stop()
 
@@ -52,6 +57,18 @@ def test_two_sites_over_a_tls_cluster(tls_cluster, pki, tmp_path, monkeypatch):
         url = tls_cluster.url_of(other)
         assert poke.main(["--redis", url, "--site", names[0], "--strict", "1"]) == 0
         assert rc.xlen(SiteKeys(names[0]).pokes) == 1
+        # jobtap acl finds every node (CLUSTER NODES) and logs in to each over TLS
+        users = tmp_path / "users"
+        users.write_text("alice\n")
+        args = ["sync", "--redis", tls_cluster.url, "--users-file", str(users),
+                "--secrets-dir", str(tmp_path)]  # fmt: skip
+        for name in names:
+            args += ["--site", name]
+        done = CliRunner().invoke(acl_cli, args)
+        assert done.exit_code == 0, done.output
+        for node in tls_cluster.nodes:
+            with node.client(decode_responses=True) as c:
+                assert c.acl_getuser("writer") and c.acl_getuser("alice"), node.address
         figures = {s.name: check_site(rc, s, audience) for s in sites}
         assert all(f["events"] > 0 for f in figures.values()), figures
     finally:
