@@ -14,6 +14,14 @@
 # and create-cluster.sh, which joins the nodes once they run:
 #   redis-cli --cluster create HOST:PORT... --cluster-replicas 1
 # Existing users.acl files are kept (they hold the users `jobtap acl` made).
+#
+# $JOBTAP_TLS_DIR: the nodes serve TLS only, to clients, to their replicas
+# (tls-replication) and on the cluster bus (tls-cluster): each node also gets
+# tls.conf (deploy/redis/tls.conf) with the certificates of that directory
+# (ca.crt, and redis.crt/redis.key naming every node's host: deploy/redis/
+# make-certs.sh DIR server redis HOST...), and admin.env and create-cluster.sh
+# use TLS.  $JOBTAP_TLS_AUTH_CLIENTS: yes, optional (default) or no; with yes,
+# admin.env and create-cluster.sh present TLS_DIR/admin.crt and admin.key.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${1:?usage: setup.sh DIR HOST:PORT HOST:PORT ...}
@@ -22,6 +30,25 @@ shift
 umask 077
 mkdir -p "$dir/secrets"
 dir=$(cd "$dir" && pwd)
+
+tls_dir=${JOBTAP_TLS_DIR:-}
+auth_clients=${JOBTAP_TLS_AUTH_CLIENTS:-optional}
+scheme=redis query= cli_tls=
+if [ -n "$tls_dir" ]; then
+    case $auth_clients in yes | optional | no) ;; *)
+        echo "setup.sh: JOBTAP_TLS_AUTH_CLIENTS is yes, optional or no" >&2; exit 2 ;;
+    esac
+    for f in ca.crt redis.crt redis.key; do
+        [ -e "$tls_dir/$f" ] || { echo "setup.sh: no $tls_dir/$f (deploy/redis/make-certs.sh)" >&2; exit 2; }
+    done
+    scheme=rediss
+    query="?ssl_ca_certs=$tls_dir/ca.crt"
+    cli_tls="--tls --cacert '$tls_dir/ca.crt'"
+    if [ "$auth_clients" = yes ]; then
+        query="$query&ssl_certfile=$tls_dir/admin.crt&ssl_keyfile=$tls_dir/admin.key"
+        cli_tls="$cli_tls --cert '$tls_dir/admin.crt' --key '$tls_dir/admin.key'"
+    fi
+fi
 
 secret() { od -An -N32 -tx1 /dev/urandom | tr -d ' \n'; }
 sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
@@ -42,6 +69,14 @@ for node in "$@"; do
         "$here/../redis/jobtap.conf" > "$nd/jobtap.conf"
     sed -e "s|@DIR@|$nd|g" -e "s|@REPLICA_PASSWORD@|$replica_pw|" \
         "$here/cluster.conf" > "$nd/cluster.conf"
+    if [ -n "$tls_dir" ]; then
+        {
+            sed -e "s|@PORT@|$port|g" -e "s|@TLS_DIR@|$tls_dir|g" \
+                -e "s|@TLS_AUTH_CLIENTS@|$auth_clients|" "$here/../redis/tls.conf"
+            printf '\n# A Redis Cluster node: replication and the cluster bus over TLS too.\n'
+            printf 'tls-replication yes\ntls-cluster yes\n'
+        } > "$nd/tls.conf"
+    fi
     if [ ! -e "$nd/users.acl" ]; then
         sed -e "s|@ADMIN_PASSWORD_SHA256@|$(sha "$admin_pw")|" "$here/../redis/users.acl" \
             > "$nd/users.acl"
@@ -54,11 +89,12 @@ for node in "$@"; do
 done
 
 first=$1
-printf 'JOBTAP_ADMIN_REDIS=redis://admin:%s@%s/0\n' "$admin_pw" "$first" > "$dir/secrets/admin.env"
+printf 'JOBTAP_ADMIN_REDIS=%s://admin:%s@%s/0%s\n' "$scheme" "$admin_pw" "$first" "$query" \
+    > "$dir/secrets/admin.env"
 {
     echo '#!/bin/sh'
     echo '# Join the nodes into one cluster: three primaries, one replica each (run once).'
-    echo "exec redis-cli --user admin --pass '$admin_pw' --no-auth-warning \\"
+    echo "exec redis-cli $cli_tls${cli_tls:+ }--user admin --pass '$admin_pw' --no-auth-warning \\"
     echo "    --cluster create $* --cluster-replicas 1 --cluster-yes"
 } > "$dir/secrets/create-cluster.sh"
 chmod 700 "$dir/secrets/create-cluster.sh"

@@ -25,16 +25,16 @@ MAKE = ROOT / "deploy/redis/make-certs.sh"
 
 
 class Rendered(RedisServer):
-    """A redis-server from the rendered files only (the test's own dir and log)."""
+    """A redis-server from rendered files only (plus the test's own data dir and
+    log), answering its admin's URL."""
 
-    def __init__(self, workdir, conf, port: int, tls: TLSFiles, admin_url: str):
+    def __init__(self, workdir, includes, port: int, tls: TLSFiles, admin_url: str, args=()):
         self.admin_url = admin_url
-        super().__init__(workdir, port=port, tls=tls,
-                         args=["--include", str(conf / "jobtap.conf"),
-                               "--include", str(conf / "tls.conf")])  # fmt: skip
+        conf = [a for f in includes for a in ("--include", str(f))]
+        super().__init__(workdir, port=port, tls=tls, args=[*conf, *args])
 
     def client(self, **kw):
-        kw.pop("ssl_cert_reqs", None), kw.pop("ssl_check_hostname", None)
+        kw = {k: v for k, v in kw.items() if not k.startswith("ssl_")}
         return redis_from_url(self.admin_url, **kw)
 
 
@@ -53,7 +53,8 @@ def test_tls_from_the_deploy_files(tmp_path):
     assert admin_url.startswith("rediss://admin:") and "ssl_certfile=" in admin_url
     tls = TLSFiles(certs / "redis.crt", certs / "redis.key", certs / "ca.crt", "yes",
                    certs / "admin.crt", certs / "admin.key")  # fmt: skip
-    server = Rendered(tmp_path / "data", conf, port, tls, admin_url).start()
+    includes = [conf / "jobtap.conf", conf / "tls.conf"]
+    server = Rendered(tmp_path / "data", includes, port, tls, admin_url).start()
     try:
         runner = CliRunner()
         done = runner.invoke(acl_cli, ["sync", "--redis", admin_url, "--site", "hpc1",
@@ -72,5 +73,39 @@ def test_tls_from_the_deploy_files(tmp_path):
             raise AssertionError("plain text answered")
         except redis.ConnectionError:
             pass
+    finally:
+        server.stop()
+
+
+def test_cluster_deploy_files_over_tls(tmp_path):
+    """deploy/cluster/setup.sh with JOBTAP_TLS_DIR: each node's tls.conf (TLS
+    replication and cluster bus too), a rediss:// admin.env and a
+    create-cluster.sh speaking TLS; a node started from its files answers the
+    admin over TLS only (the whole cluster over TLS runs in test_cluster.py)."""
+    certs = tmp_path / "tls"
+    ports = [free_port() for _ in range(6)]
+    for args in (["ca"], ["server", "redis", "127.0.0.1"], ["client", "admin"]):
+        subprocess.run(["sh", str(MAKE), str(certs), *args], check=True, capture_output=True)
+    out = tmp_path / "cluster"
+    env = {**os.environ, "JOBTAP_TLS_DIR": str(certs), "JOBTAP_TLS_AUTH_CLIENTS": "yes"}
+    nodes = [f"127.0.0.1:{p}" for p in ports]
+    subprocess.run(["sh", str(ROOT / "deploy/cluster/setup.sh"), str(out), *nodes],
+                   check=True, capture_output=True, env=env)  # fmt: skip
+    admin_url = (out / "secrets/admin.env").read_text().strip().split("=", 1)[1]
+    assert admin_url.startswith("rediss://admin:") and "ssl_certfile=" in admin_url
+    create = (out / "secrets/create-cluster.sh").read_text()
+    assert f"--tls --cacert '{certs}/ca.crt' --cert '{certs}/admin.crt'" in create
+    node = out / f"127.0.0.1-{ports[0]}"
+    conf = (node / "tls.conf").read_text()
+    assert "tls-replication yes" in conf and "tls-cluster yes" in conf and "port 0" in conf
+    tls = TLSFiles(certs / "redis.crt", certs / "redis.key", certs / "ca.crt", "yes",
+                   certs / "admin.crt", certs / "admin.key")  # fmt: skip
+    includes = [node / "jobtap.conf", node / "tls.conf", node / "cluster.conf"]
+    args = ["--cluster-port", str(free_port()), "--dir", str(node)]
+    server = Rendered(node / "data", includes, ports[0], tls, admin_url, args)
+    server.start()
+    try:
+        with redis_from_url(admin_url, decode_responses=True) as c:
+            assert c.info("cluster")["cluster_enabled"] == 1
     finally:
         server.stop()
