@@ -102,9 +102,7 @@ def test_watch_of_another_users_job_says_why_it_may_never_come(redis_server, r, 
     assert "1.pbs" in own.stdout and "running" in own.stdout
 
 
-def test_watch_of_a_mistyped_id_says_so_with_or_without_initial_records(
-    redis_server, r, tmp_path
-):
+def test_watch_of_a_mistyped_id_says_so_with_or_without_initial(redis_server, r, tmp_path):
     written(r)
     environ = env(redis_server, tmp_path)
     for extra in ([], ["--no-initial"]):
