@@ -2,7 +2,7 @@
 """A test-only stand-in for OpenPBS ``qmgr -c "COMMAND"``, for the hook commands
 deploy/pbs/install-hook.sh runs.  Standard library only.
 
-No qmgr output was captured on the real server, so this copies the documented
+No qmgr hook output was captured on the real server, so this copies the documented
 behaviour (OpenPBS 23.06 reference guide, "qmgr" and the hooks chapter of the
 administrator's guide), messages approximated:
 
@@ -16,6 +16,12 @@ administrator's guide), messages approximated:
   file must hold valid JSON); FILE is read as qmgr reads it, relative to the
   current directory, and PBS keeps its own copy: a later change of the file
   does nothing until it is imported again.
+
+* ``list server [ATTR[,ATTR...]]``: ``Server NAME`` then ``    ATTR = VALUE`` lines;
+  ``set server ATTR = VALUE`` (root only).  The server's attributes start as the
+  real OpenPBS 23.06.06 server reported them (``qstat -B -f -F json``,
+  tests/fixtures/pbs/80-final.qstat-B-f.json: ``query_other_jobs`` is ``True``
+  there); nested ones (``resources_default``) are left out.
 
 State: the JSON file named by ``$JOBTAP_FAKE_QMGR`` (created when missing);
 every command line is appended to its ``"log"``.  Only root may manage hooks
@@ -32,13 +38,41 @@ import sys
 from pathlib import Path
 
 ATTRIBUTES = {"event", "fail_action", "alarm", "enabled", "order", "user"}
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "pbs"
+SERVER_CAPTURE = FIXTURES / "80-final.qstat-B-f.json"
 CONTENT = {"application/x-python": "python", "application/x-config": "config"}
 
 
+def captured_server() -> dict:
+    """The real server's name and plain attributes, as qstat -B -f -F json gave them."""
+    (name, attrs), = json.loads(SERVER_CAPTURE.read_text())["Server"].items()  # fmt: skip
+    plain = {k: str(v) for k, v in attrs.items() if not isinstance(v, dict)}
+    return {"name": name, "attributes": plain}
+
+
 def load(path: Path) -> dict:
-    if path.exists():
-        return json.loads(path.read_text())
-    return {"hooks": {}, "log": []}
+    state = json.loads(path.read_text()) if path.exists() else {"hooks": {}, "log": []}
+    state.setdefault("server", captured_server())
+    return state
+
+
+def server(state: dict, verb: str, rest: list[str]) -> int:
+    srv = state["server"]
+    if verb == "list":
+        wanted = [a for arg in rest for a in arg.split(",") if a]
+        print(f"Server {srv['name']}")
+        for key, value in srv["attributes"].items():
+            if not wanted or key in wanted:
+                print(f"    {key} = {value}")
+        return 0
+    if verb == "set":
+        match = re.match(r"^(\w+)\s*=\s*(.*)$", " ".join(rest))
+        if not match:
+            return fail(srv["name"], f"malformed attribute: {' '.join(rest)}")
+        srv["attributes"][match[1]] = match[2].strip("'\"")
+        return 0
+    sys.stderr.write(f"qmgr: the stand-in imitates list and set server only: {verb}\n")
+    return 2
 
 
 def fail(name: str, message: str) -> int:
@@ -48,6 +82,8 @@ def fail(name: str, message: str) -> int:
 
 def run(state: dict, command: str) -> int:
     words = shlex.split(command)
+    if len(words) >= 2 and words[1] == "server":
+        return server(state, words[0], words[2:])
     if len(words) < 3 or words[1] != "hook":
         sys.stderr.write(f"qmgr: the stand-in imitates hook commands only: {command}\n")
         return 2
