@@ -253,6 +253,9 @@ def _check_url(url: str, kw: Mapping[str, Any]) -> None:
 def _options(url: str, kw: Mapping[str, Any], *, cluster: bool = False) -> dict[str, Any]:
     _check_url(url, kw)
     out = dict(kw)
+    if url.startswith("unix://"):  # a unix socket's connections take no TCP settings
+        for tcp_only in ("socket_keepalive", "socket_keepalive_options"):
+            out.pop(tcp_only, None)
     if out.get("socket_connect_timeout") is None:
         out["socket_connect_timeout"] = CONNECT_TIMEOUT
     if url.startswith("rediss://"):
