@@ -34,7 +34,7 @@ from jobtap.connection import safe_url
 from jobtap.keys import SiteKeys
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
-NAME = "pokes refused"
+NAME = "refused"
 RECENT_S = 600  # refusals younger than this count
 HOOK_SETTINGS = Path("/etc/jobtap/pbs-hook.json")
 POKER = "poker"

@@ -45,7 +45,7 @@ def test_pokes_the_hook_swallowed_are_found_in_acl_log(poker, r, tmp_path):
     assert run.accepted == [True]  # PBS is never held up...
     assert not r.exists(SiteKeys(NEW).pokes)  # ...and the poke is lost
     name, level, message = pokecheck.check_acl_log(r, NEW, admin=True)
-    assert (name, level) == ("pokes refused", "FAIL"), message
+    assert (name, level) == ("refused", "FAIL"), message
     assert "user poker may not append to jobtap:{hpc2}:pokes" in message
     assert "install-hook.sh --site hpc2" in message
     assert pokecheck.check_acl_log(r, OLD, admin=True)[1] == "ok"
@@ -95,7 +95,7 @@ def test_poke_checks_put_both_together(poker, redis_server, r, tmp_path):
     checks = pokecheck.poke_checks(r, NEW, admin_url=redis_server.url, hook_settings=settings)
     assert [(name, level) for name, level, _ in checks] == [
         ("pbs hook", "FAIL"),  # the try itself is refused, and logged:
-        ("pokes refused", "FAIL"),
+        ("refused", "FAIL"),
     ]
 
 
