@@ -175,7 +175,8 @@ else
 fi
 if [ "$DRY_RUN" = 0 ]; then
     [ -n "$RUNS" ] || runs_for_everyone || die "$PREFIX/bin/jobtap cannot be run by" \
-        "$CHECK_USER ($UNPRIVILEGED_ERROR): give --python PATH with a Python every user may run"
+        "$CHECK_USER ($UNPRIVILEGED_ERROR): every folder above $PREFIX must let other users" \
+        "in, and --python must be a Python every user may run"
     say "$PREFIX/bin/jobtap: runs as $CHECK_USER (${UNPRIVILEGED_OUTPUT:-checked})"
 fi
 JOBTAP="$PREFIX/bin/jobtap"   # what the hook and the services run
