@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,13 +47,28 @@ from .backends.base import (
 )
 from .fingerprint import fingerprint, fingerprint_all
 from .nodewatch import ON_NODES, NodeWatch
-from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, Targets
+from .plan import (
+    LISTING,
+    PROBE,
+    PUSHED,
+    RECONCILE,
+    SINGLES,
+    TIERS,
+    MeasuresReads,
+    ObservationPlan,
+    Targets,
+)
 from .ship import Batches, Shipper
 from .tracker import Seen, Tracker
 
 log = logging.getLogger("jobtap.collector")
 
 MAX_BAD_REPORTED = 20
+# The scheduler's read costs are sampled at each reconciliation, and between
+# them at most every COSTS_EVERY intervals, once SAMPLE_AFTER jobs were read
+# one by one (or a listing made) since: often in a burst, never when quiet.
+COSTS_EVERY = 2
+SAMPLE_AFTER = 5
 HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
 
 
@@ -305,6 +320,11 @@ class Collector:
         self.max_history_window = float(max_history_window)
         self.window_start: float | None = None
         self.recent_finals: dict[str, float] = {}
+        # What reads cost: from the scheduler's figures (MeasuresReads), sampled
+        # at most once an interval, else from wall time (plan.ReadBudget).
+        self._costs_at: float | None = None
+        self._costs_ok = self._costs_failed = False
+        self._reads_since_sample = 0
         self.plan = ObservationPlan(
             reconcile_every=reconcile_every,
             probing=self.prober is not None,
@@ -400,15 +420,17 @@ class Collector:
         report = self._new_report()
         if not ids:
             return report
+        how = self._read_mode(ids)
         try:
             with self._watch(report, "stat"):
-                natives = self.backend.stat_some(ids)
+                natives = self._poked_records(ids, how)
         except StatError as exc:
             raise CycleFailed(str(exc)) from exc
         natives = {j: natives[j] for j in ids if j in natives}
         fps = fingerprint_all(natives)
         changed = [j for j, fp in fps.items() if (x := seen.get(j)) is None or x.fingerprint != fp]
         report.counts.update(poked=len(ids), jobs=len(natives), changed=len(changed))
+        report.counts[f"read_{how}"] = 1
         records = self._normalise_jobs(natives, changed, report, self.nodewatch.bad)
         state_items, update_items, new_seen = classify(changed, fps, records, seen, set(), report)
         shipment = Shipment()
@@ -417,6 +439,90 @@ class Collector:
         shipment.then(lambda: self._remember_jobs(new_seen, records, drop=()))
         self._ship(report, shipment)
         return report
+
+    # -- what reading poked jobs costs (pushed plans: plan.ReadBudget) ---------------
+    def refresh_delay(self, job_ids: Collection[str]) -> float:
+        """Seconds to hold these poked jobs before reading them (0: read now):
+        the plan's read budget for this interval is spent and neither their
+        single reads nor one listing fits yet.  Pokes that arrive meanwhile
+        join them."""
+        if not self.plan.pushed or not job_ids:
+            return 0.0
+        self._sample_costs()
+        return self.plan.reads.choose(len(job_ids), singly=self._singly())[1]
+
+    def _singly(self) -> bool:
+        backend = self.backend
+        return backend.reads_singly() if isinstance(backend, MeasuresReads) else True
+
+    def _read_mode(self, ids: list[str]) -> str:
+        """Read these jobs one by one (``stat_some``) or from one listing: in a
+        pushed plan as the read budget says, otherwise whichever is cheaper."""
+        if not self.plan.pushed:  # only where the scheduler's own figures say so
+            if not isinstance(self.backend, MeasuresReads):
+                return SINGLES
+            self._sample_costs()
+            return self.plan.reads.cheaper(len(ids), singly=self._singly())
+        self._sample_costs()
+        return self.plan.reads.choose(len(ids), singly=self._singly())[0]
+
+    def _poked_records(self, ids: list[str], how: str) -> dict[str, Native]:
+        """The records of poked jobs: each on its own, or from one full listing
+        (and history for those it no longer lists), learning what it cost."""
+        reads = self.plan.reads
+        t0 = time.perf_counter()
+        if how == SINGLES:
+            natives = self.backend.stat_some(ids)
+        else:
+            listed = self.backend.stat_jobs()
+            natives = {j: listed[j] for j in ids if j in listed}
+            gone = [j for j in ids if j not in listed]
+            if gone:
+                try:
+                    natives.update(self.backend.history(gone))
+                except StatError as exc:  # left to the next reconciliation
+                    log.warning("refresh: history of %d poked jobs failed: %s", len(gone), exc)
+        if not self._reads_measured():
+            reads.learn(how, time.perf_counter() - t0, len(ids))
+        elif how == SINGLES and reads.single is None and reads.listing is not None:
+            reads.learn(SINGLES, reads.listing)  # until measured: as dear as a listing
+        self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
+        if self.plan.pushed:
+            reads.spend(how, len(ids))
+        return natives
+
+    def _reads_measured(self) -> bool:
+        return isinstance(self.backend, MeasuresReads) and self._costs_ok
+
+    def _sample_costs(self, force: bool = False) -> None:
+        """Learn what reads cost from the scheduler's own figures (one cheap
+        command): at each reconciliation, and between them at most every
+        ``COSTS_EVERY`` intervals once ``SAMPLE_AFTER`` reads were made since;
+        without them, wall time is used."""
+        backend = self.backend
+        if not isinstance(backend, MeasuresReads) or self._costs_failed:
+            return
+        if not (self.plan.pushed or self.plan.probing):  # every cycle lists: nothing to choose
+            return
+        now = self.plan.clock()
+        reads = self.plan.reads
+        every = COSTS_EVERY * reads.interval  # sdiag is an RPC too (0.1-0.2 ms)
+        if not force and self._costs_at is not None:
+            if now - self._costs_at < every or self._reads_since_sample < SAMPLE_AFTER:
+                return
+        self._costs_at = now
+        self._reads_since_sample = 0
+        try:
+            costs = backend.read_costs()
+        except StatError as exc:
+            log.warning("cannot read the scheduler's read costs (%s): wall time used", exc)
+            self._costs_failed = True
+            self._costs_ok = False
+            return
+        self._costs_ok = True
+        for kind, key in ((LISTING, "listing"), (SINGLES, "single")):
+            if key in costs:
+                reads.learn(kind, costs[key])
 
     # -- the steps -----------------------------------------------------------------
     def _watch(self, report: CycleReport, stage: str) -> _Stopwatch:
@@ -554,8 +660,10 @@ class Collector:
         ids = [j for j in ids if j not in targets.records]
         natives: dict[str, Native] = {}
         if ids:
+            how = self._read_mode(ids)
             with no_gc(), self._watch(report, "stat"):
-                found = self.backend.stat_some(ids)
+                found = self._poked_records(ids, how)
+            report.counts[f"read_{how}"] = 1
             natives = {j: found[j] for j in ids if j in found}
         natives.update(targets.records)
         with no_gc(), self._watch(report, "fingerprint"):
@@ -607,8 +715,15 @@ class Collector:
         """Tier 3: stat every job; ship the changed and the vanished ones."""
         seen = self._seen(JOB)
         wall_started = self.wall_clock()
+        t0 = time.perf_counter()
         with no_gc(), self._watch(report, "stat"):
             natives = self.backend.stat_jobs()
+        # A listing: what the read budget is measured in.
+        self._sample_costs(force=True)
+        if not self._reads_measured():
+            self.plan.reads.learn(LISTING, time.perf_counter() - t0)
+        if self.plan.pushed:
+            self.plan.reads.spend(LISTING, 0)  # this interval's listing, as far as pokes go
         with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed, vanished = compare(seen, fps)

@@ -94,6 +94,7 @@ class CollectorService:
         collector.last_cycle = max(collector.last_cycle, self.state.cycle)
         self.guard = EpochGuard(self.redis)
         self.follow = follow
+        collector.plan.reads.interval = interval  # follow mode's read budget is per interval
         self.max_refresh = max_refresh
         self.refresh_gap = refresh_gap
         self.pokes: PokeReader | None = None
@@ -220,6 +221,8 @@ class CollectorService:
                 self.stop_event.wait(left)
                 return
             wait = min(left, 1.0, max(0.001, self.next_recheck() - time.monotonic()))
+            if self.pokes.pending:  # held by the read budget (plan.ReadBudget): gather pokes
+                wait = min(wait, max(0.001, self.collector.refresh_delay(self.pokes.pending)))
             try:
                 if self.pokes.read(block_ms=max(1, int(wait * 1000))):
                     self.note_pokes_read()
@@ -228,7 +231,7 @@ class CollectorService:
                 self.stop_event.wait(min(left, 1.0))
                 continue
             self.due_rechecks()
-            if self.pokes.pending:
+            if self.pokes.pending and self.collector.refresh_delay(self.pokes.pending) <= 0:
                 self.serve_pokes()
                 self.stop_event.wait(self.refresh_gap)  # bounds refreshes per second
 

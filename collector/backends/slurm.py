@@ -1042,6 +1042,7 @@ class SlurmBackend(CommandBackend):
         sacct: str = "sacct",
         scontrol: str = "scontrol",
         slurmrestd: str = "slurmrestd",
+        sdiag: str = "sdiag",
         timeout: float = 60.0,
         scheduler: str = "slurm",
         history_batch: int = 500,
@@ -1060,8 +1061,9 @@ class SlurmBackend(CommandBackend):
         self.drop_volatile = bool(drop_volatile)
         self._last_jobs: dict[str, Native] | None = None
         self._openapi: str | None = None  # the plugin of squeue --json, for slurmrestd
-        self._listed = 0  # jobs in the latest probe or full stat
         self._rest_unavailable: str | None = None  # why slurmrestd is not used
+        self.sdiag = sdiag
+        self._rpc_seen: dict[str, tuple[int, int]] | None = None  # sdiag's, last time
 
     def __repr__(self) -> str:
         return f"SlurmBackend({self.squeue!r}{self._via()})"
@@ -1070,7 +1072,6 @@ class SlurmBackend(CommandBackend):
     def stat_jobs(self) -> dict[str, Native]:
         jobs = self._squeue()
         self._last_jobs = jobs
-        self._listed = len(jobs)
         return jobs
 
     def _squeue(self) -> dict[str, Native]:
@@ -1102,7 +1103,6 @@ class SlurmBackend(CommandBackend):
         parsing: about 20 times fewer bytes (docs/performance.md)."""
         raw = self._run([self.squeue, "-h", "-a", "--local", "-t", "all", "-o", PROBE_FORMAT])
         named = parse_probe(raw)
-        self._listed = len(named)
         if self._last_jobs is not None:
             self._last_jobs = {j: n for j, n in self._last_jobs.items() if j in named}
         return Probe(named=named, complete=True)
@@ -1119,10 +1119,11 @@ class SlurmBackend(CommandBackend):
         saw it, and the next full stat ships nothing for it: through
         ``slurmrestd``, one single-job RPC per job, written by the plugin that
         wrote the last ``squeue --json`` (:mod:`.slurm_rest`).  When that is not
-        possible (no full stat yet, ``slurmrestd`` missing or switched off), or
-        when so many jobs are asked for that one full list costs slurmctld less
-        (``REST_JOB_COST``), it is one ``squeue --json`` filtered here (22.05's
-        ``squeue --json`` prints every job whatever ``-j`` says).
+        possible (no full stat yet, ``slurmrestd`` missing or switched off), it
+        is one ``squeue --json`` filtered here (22.05's ``squeue --json`` prints
+        every job whatever ``-j`` says).  When so many jobs are poked that one
+        listing costs slurmctld less, the collector's plan asks
+        :meth:`stat_jobs` instead (plan.ReadBudget, :meth:`read_costs`).
 
         A job that slurmctld no longer knows gets its final record from
         :meth:`history` (``sacct``), which is also what a full cycle ships for
@@ -1153,12 +1154,12 @@ class SlurmBackend(CommandBackend):
 
     def _live_records(self, job_ids: list[str]) -> dict[str, Native]:
         """Records of these jobs as ``squeue --json`` writes them (and maybe of
-        others): through slurmrestd when it can and is worth it, else from one
-        full ``squeue --json``."""
+        others): through slurmrestd when it can, else from one full ``squeue
+        --json``.  Whether one listing would cost slurmctld less than these
+        single reads is the plan's decision (plan.ReadBudget), made before."""
         version = self._openapi
         numbers = list(dict.fromkeys(j.partition("_")[0] for j in job_ids))
-        cheaper_in_full = len(numbers) > 20 and len(numbers) * REST_JOB_COST > self._listed
-        if self.slurmrestd and version and not self._rest_unavailable and not cheaper_in_full:
+        if self.slurmrestd and version and not self._rest_unavailable:
             try:
                 return self._rest_records(numbers, version)
             except _RestUnavailable as exc:
@@ -1192,6 +1193,35 @@ class SlurmBackend(CommandBackend):
                 out.update(squeue_jobs(doc, "slurmrestd"))
             numbers = numbers[len(got) :]
         return self._without_volatile(out)
+
+    def reads_singly(self) -> bool:
+        """Whether :meth:`stat_some` reads live jobs one by one (slurmrestd)."""
+        return bool(self.slurmrestd and self._openapi and not self._rest_unavailable)
+
+    def read_costs(self) -> dict[str, float]:
+        """slurmctld's own time per read since the previous call, from
+        ``sdiag``'s RPC statistics: ``listing`` (REQUEST_JOB_INFO, what
+        ``squeue`` costs) and ``single`` (a job read on its own through
+        slurmrestd: REQUEST_JOB_INFO_SINGLE plus its REQUEST_FED_INFO), each
+        present only if such RPCs ran since (the first call: since slurmctld's
+        statistics were last reset).  They are every client's RPCs of those
+        types: what one costs slurmctld now, whoever asks."""
+        stats = parse_sdiag_rpcs(self._run([self.sdiag]))
+        prev, self._rpc_seen = self._rpc_seen, stats
+        out: dict[str, float] = {}
+        for key, rpcs in (("listing", _LISTING_RPCS), ("single", _SINGLE_RPCS)):
+            total = 0.0
+            for rpc in rpcs:
+                count, micros = stats.get(rpc, (0, 0))
+                before = (prev or {}).get(rpc, (0, 0))
+                if count < before[0]:  # statistics were reset since
+                    before = (0, 0)
+                if count - before[0] <= 0:
+                    break
+                total += (micros - before[1]) / (count - before[0]) / 1e6
+            else:
+                out[key] = total
+        return out
 
     def stat_nodes(self) -> dict[str, Native]:
         nodes = parse_sinfo(self._run([self.sinfo, "--json"]))
@@ -1337,13 +1367,38 @@ class _RestUnavailable(Exception):
     """slurmrestd cannot run here (not installed, not executable)."""
 
 
-# One single-job RPC (REQUEST_JOB_INFO_SINGLE, with its REQUEST_FED_INFO) costs
-# slurmctld about as much as packing this many jobs into a full list: 0.27 ms
-# against 2.5 us a job, on 22.05 (docs/performance.md).
-REST_JOB_COST = 100
-
 # sacct's short names of the states a job ends in (``sacct -s``).
 ENDED_STATES = "BF,CA,CD,DL,F,NF,OOM,PR,RV,TO"
+
+# slurmctld's RPCs behind a listing and behind a job read on its own (slurmrestd's
+# GET /job/N: slurm_load_job() asks for the federation first, not being --local).
+_LISTING_RPCS = ("REQUEST_JOB_INFO",)
+_SINGLE_RPCS = ("REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO")
+_SDIAG_RPC = re.compile(
+    r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)"
+)
+
+
+def parse_sdiag_rpcs(raw: bytes | str) -> dict[str, tuple[int, int]]:
+    """``sdiag``'s "Remote Procedure Call statistics by message type":
+    ``{type: (count, total microseconds)}``.  Output without that section
+    raises :class:`StatError`."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
+    out: dict[str, tuple[int, int]] = {}
+    in_section = False
+    for line in text.splitlines():
+        if line.startswith("Remote Procedure Call statistics by message type"):
+            in_section = True
+            continue
+        if in_section and line and not line[0].isspace():
+            break
+        match = _SDIAG_RPC.match(line) if in_section else None
+        if match:
+            out[match[1]] = (int(match[2]), int(match[3]))
+    if not in_section:
+        raise StatError("sdiag printed no RPC statistics by message type")
+    return out
+
 
 SACCT_NOTHING_FOUND = 9003  # slurmdb_jobs_get: "Nothing found with query"
 

@@ -651,3 +651,44 @@ def test_reconciliation_finalises_jobs_that_ended_unseen_in_its_window(standins,
     again = Collector(be, r, site=site, pushed=True)
     again.load()
     assert again.window_start == pytest.approx(collector.window_start, abs=0.001)
+
+
+SDIAG = """*******************************************************
+Server thread count:  3
+Remote Procedure Call statistics by message type
+\tREQUEST_PARTITION_INFO                  ( 2009) count:12     ave_time:289    total_time:3469
+\tREQUEST_JOB_INFO_SINGLE   ( 2021) count:{single}  ave_time:277  total_time:{single_us}
+\tREQUEST_JOB_INFO          ( 2003) count:{listing}  ave_time:183  total_time:{listing_us}
+\tREQUEST_FED_INFO          ( 2049) count:{single}  ave_time:113  total_time:{fed_us}
+
+Remote Procedure Call statistics by user
+\troot            (       0) count:48     ave_time:1400   total_time:67216
+"""
+
+
+def test_read_costs_are_slurmctlds_own_time_per_read_since_the_last_call(tmp_path):
+    """``read_costs``: slurmctld's time per listing and per single read (its
+    REQUEST_JOB_INFO_SINGLE plus REQUEST_FED_INFO), from the difference of two
+    ``sdiag`` outputs; a kind that did not run since is absent; a reset of
+    the statistics starts again from zero; output without the section is a
+    failed stat."""
+    outputs = [
+        SDIAG.format(single=10, single_us=2000, fed_us=1000, listing=4, listing_us=20000),
+        SDIAG.format(single=30, single_us=12000, fed_us=3000, listing=4, listing_us=20000),
+        SDIAG.format(single=2, single_us=900, fed_us=100, listing=1, listing_us=7000),
+    ]
+    for i, text in enumerate(outputs):
+        (tmp_path / f"sdiag{i}").write_text(text)
+    counter = tmp_path / "n"
+    counter.write_text("0")
+    sdiag = _script(
+        tmp_path / "sdiag",
+        f'n=$(cat "{counter}"); echo $((n + 1)) > "{counter}"; cat "{tmp_path}/sdiag$n"\n',
+    )
+    be = SlurmBackend(sdiag=sdiag)
+    first = be.read_costs()  # since the statistics' last reset
+    assert first == pytest.approx({"listing": 0.005, "single": 0.0003})
+    assert be.read_costs() == pytest.approx({"single": (10000 + 2000) / 20 / 1e6})
+    assert be.read_costs() == pytest.approx({"listing": 0.007, "single": 0.0005})
+    with pytest.raises(StatError, match="no RPC statistics"):
+        SlurmBackend(sdiag=_script(tmp_path / "nosdiag", "echo hello\n")).read_costs()

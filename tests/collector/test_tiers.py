@@ -12,7 +12,15 @@ from __future__ import annotations
 import pytest
 
 from jobtap.collector.cycle import Collector, CycleFailed
-from jobtap.collector.plan import PROBE, PUSHED, RECONCILE, ObservationPlan
+from jobtap.collector.plan import (
+    LISTING,
+    PROBE,
+    PUSHED,
+    RECONCILE,
+    SINGLES,
+    ObservationPlan,
+    ReadBudget,
+)
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
@@ -307,3 +315,117 @@ def test_without_its_probe_command_the_collector_stats_every_job(tmp_path, monke
     assert "no probe" in m["last_warning"] and "command not found" in m["last_warning"]
     assert svc.run_one() and meta(r, SITE)["last_warning"] == ""  # said once
     assert meta(r, SITE)["cycles_reconcile"] == "3"
+
+
+# Follow mode's read budget (plan.ReadBudget) ----------------------------------------
+def test_the_read_budget_reads_the_cheaper_way_within_one_listing_an_interval():
+    """Per interval, reading poked jobs costs at most one listing: the
+    cheaper of single reads and one listing, at once if its cost is in the
+    bucket, else after a wait (never longer than an interval) while pokes
+    gather; never bounded below ``floor`` of the scheduler's time."""
+    clock = Clock()
+    budget = ReadBudget(interval=2.0, clock=clock)
+    assert budget.choose(500) == (SINGLES, 0.0)  # nothing measured yet: not bounded
+    budget.learn(LISTING, 0.010)
+    budget.learn(SINGLES, 0.003, jobs=3)  # 1 ms a job; the bucket holds 10 ms
+    assert budget.choose(3) == (SINGLES, 0.0)
+    budget.spend(SINGLES, 3)  # 7 ms left
+    how, wait = budget.choose(9)  # 9 ms of single reads: not yet
+    assert how == SINGLES and wait == pytest.approx((9 - 7) / 10 * 2)
+    clock.t += wait
+    assert budget.choose(9) == (SINGLES, 0.0)
+    budget.spend(SINGLES, 9)
+    clock.t += 2.0  # full again
+    assert budget.choose(50) == (LISTING, 0.0)  # 50 ms of singles: one listing instead
+    budget.spend(LISTING, 50)
+    how, wait = budget.choose(50)
+    assert how == LISTING and wait == pytest.approx(2.0)  # one interval, at most
+    how, wait = budget.choose(1)
+    assert how == SINGLES and wait == pytest.approx(1 / 10 * 2)
+    # Without single reads (no slurmrestd) every read is a listing, bounded the same.
+    assert budget.choose(1, singly=False)[0] == LISTING
+    # A queue whose listing costs next to nothing: bounded at 0.1% of the
+    # scheduler's time (30 ms an interval of 30 s), and listed, the cheaper way.
+    tiny = ReadBudget(interval=30.0, clock=clock)
+    tiny.learn(LISTING, 0.0002)
+    tiny.learn(SINGLES, 0.0003)
+    assert tiny.capacity == pytest.approx(0.030)
+    for _ in range(8):
+        how, wait = tiny.choose(1)
+        assert (how, wait) == (LISTING, 0.0)
+        tiny.spend(how, 1)
+
+
+def test_the_read_budget_bounds_a_burst_to_one_listing_an_interval():
+    """A burst of pokes, ten a second for a minute, served as the collector's
+    loop serves them (hold while the budget says so, gathering the pokes):
+    what the reads cost stays within one listing's worth per interval plus
+    the bucket, and no poke waits longer than an interval plus a step."""
+    clock = Clock()
+    budget = ReadBudget(interval=2.0, clock=clock)
+    budget.learn(LISTING, 0.005)
+    budget.learn(SINGLES, 0.0005)  # a listing is worth 10 single reads
+    pending: list[float] = []  # when each pending poke arrived
+    spent, waits, listings = 0.0, [], 0
+    step = 0.05
+    while clock.t < 60:
+        pending += [clock.t] * (1 if round(clock.t / step) % 2 else 0)  # 10 pokes a second
+        if pending and budget.choose(len(pending))[1] == 0:
+            how, _ = budget.choose(len(pending))
+            spent += budget.cost(how, len(pending))
+            listings += how == LISTING
+            budget.spend(how, len(pending))
+            waits += [clock.t - t for t in pending]
+            pending = []
+        clock.t += step
+    assert spent <= 0.005 * (60 / 2 + 1)
+    assert max(waits) <= 2.0 + step
+    assert listings >= 20  # the burst is read by listings, not one job at a time
+
+
+class CountingSim(SimBackend):
+    """The simulated cluster, counting full listings and targeted stats."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.calls = {"stat_jobs": 0, "stat_some": 0}
+
+    def stat_jobs(self):
+        self.calls["stat_jobs"] += 1
+        return super().stat_jobs()
+
+    def stat_some(self, job_ids):
+        self.calls["stat_some"] += 1
+        return super().stat_some(job_ids)
+
+
+def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
+    """The collector's refresh follows the budget: a few poked jobs are read
+    on their own, a burst of them from one listing, each shipped once either
+    way; a plan that is not pushed keeps reading poked jobs on their own."""
+    backend = CountingSim(seed=10, nodes=10, jobs=100, tick=0)
+    clock = Clock()
+    col = collector(r, backend, clock=clock, pushed=True)
+    col.run_cycle()  # a reconciliation: the first listing measured
+    drain(r, SITE)
+    budget = col.plan.reads
+    assert budget.listing is not None
+    budget.listing, budget.single = 1.0, 0.1  # a listing is worth ten single reads
+    jobs = queued_jobs(backend, 30)
+    for job in jobs:
+        backend.simulation.alter(job, "comment", "poked")
+    backend.calls.update(stat_jobs=0, stat_some=0)
+    rep = col.refresh(jobs[:3])
+    assert rep.counts["read_singles"] == 1 and backend.calls == {"stat_jobs": 0, "stat_some": 1}
+    clock.t += 100  # the bucket is full again
+    budget.listing, budget.single = 1.0, 0.1
+    rep = col.refresh(jobs[3:])
+    assert rep.counts["read_listing"] == 1 and backend.calls == {"stat_jobs": 1, "stat_some": 1}
+    assert rep.counts["changed"] == 27
+    budget.listing, budget.single = 1.0, 0.1
+    assert col.refresh_delay(jobs) > 0  # spent: the next pokes wait
+    drain(r, SITE)
+    for job in jobs:
+        assert [e["changes"].get("comment") for e in job_events(r, job)][-1][1] == "poked"
+    polled = collector(r, CountingSim(seed=10, nodes=10, jobs=100, tick=0), pushed=False)
+    assert polled.refresh_delay(jobs) == 0.0

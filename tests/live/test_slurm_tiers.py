@@ -58,8 +58,9 @@ def test_short_jobs_between_two_probes_get_one_new_and_one_final(clean, r):
 
 def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     """A probe cycle costs slurmctld one full listing (the probe) and one
-    single-job RPC per changed job; the records it ships are those of a full
-    stat, so the next reconciliation finds nothing to ship."""
+    single-job RPC per changed job (or one more listing, if cheaper); the
+    records it ships are those of a full stat, so the next reconciliation
+    finds nothing to ship."""
     h = Harness(r)
     held = [sbatch("-H", "--wrap", "true", "-J", "held") for _ in range(6)]
     running = sbatch("--wrap", "sleep 300", "-J", "long")
@@ -74,8 +75,12 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     drain(r, SITE)
     assert report.tier == PROBE
     assert report.counts["targeted"] == 2 and report.counts["changed"] == 2, report.counts
-    assert rpcs[FULL][0] == 1  # the probe, and only the probe
-    assert rpcs[SINGLE][0] == 2
+    # The probe's listing, then the two jobs one by one, or one more listing when
+    # slurmctld's figures say that costs less (a queue of a dozen jobs: it may).
+    if report.counts.get("read_listing"):
+        assert rpcs[FULL][0] == 2 and SINGLE not in rpcs, rpcs
+    else:
+        assert rpcs[FULL][0] == 1 and rpcs[SINGLE][0] == 2, rpcs
     assert h.events(held[1])[-1]["record"]["requested"]["walltime"] == "00:07:00"
     again = h.collector.run_cycle(with_nodes=False, tier=RECONCILE)
     drain(r, SITE)
@@ -86,8 +91,9 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
 
 
 def test_follow_refresh_lists_no_job(clean, r):
-    """Follow mode's targeted refresh of poked jobs: single-job RPCs, never the
-    full listing (22.05's squeue --json cannot do fewer than every job)."""
+    """Follow mode's targeted refresh of poked jobs: single-job RPCs, or one
+    listing when slurmctld's own figures say three single reads cost more
+    (22.05's squeue --json cannot do fewer than every job), never both."""
     h = Harness(r)
     ids = [sbatch("-H", "--wrap", "true") for _ in range(3)]
     assert h.cycle()
@@ -97,5 +103,8 @@ def test_follow_refresh_lists_no_job(clean, r):
     rpcs = sdiag_rpcs()
     drain(r, SITE)
     assert report.counts["changed"] == 1
-    assert FULL not in rpcs and rpcs[SINGLE][0] == 3
+    if report.counts.get("read_listing"):  # slurmctld's figures: one listing costs less
+        assert rpcs[FULL][0] == 1 and SINGLE not in rpcs, rpcs
+    else:
+        assert FULL not in rpcs and rpcs[SINGLE][0] == 3, rpcs
     assert h.events(ids[0])[-1]["record"]["requested"]["walltime"] == "00:09:00"
