@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # for type checkers: `X as X` marks each name as exported
     from .errors import PermissionDenied as PermissionDenied
     from .errors import RedisUnavailable as RedisUnavailable
     from .errors import StateNotReached as StateNotReached
+    from .errors import TLSFailed as TLSFailed
     from .errors import WaitTimeout as WaitTimeout
     from .events import CHANGE_TYPES as CHANGE_TYPES
     from .events import FINAL as FINAL
@@ -72,6 +73,7 @@ _HOMES = {
         "BadName",
         "CredentialsError",
         "RedisUnavailable",
+        "TLSFailed",
         "AuthenticationFailed",
         "PermissionDenied",
         "JobNotFound",
