@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from jobtap.connection import safe_url
+from jobtap.connection import redis_from_url, safe_url
 from jobtap.keys import SiteKeys
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -139,7 +139,7 @@ def check_hook_settings(path: str | os.PathLike[str], site: str) -> Result | Non
                 f"{site!r}: run deploy/pbs/install-hook.sh --site {site}")  # fmt: skip
     url, stream = settings.get("redis", ""), settings.get("stream") or SiteKeys(site).pokes
     try:
-        r = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        r = redis_from_url(url, socket_connect_timeout=5, socket_timeout=5)
         try:
             r.xadd(stream, {"check": "1"}, id="0-0")
         finally:
@@ -193,12 +193,12 @@ def poke_checks(
             out.append(hook)
     if admin_url:
         try:
-            admin = redis.Redis.from_url(admin_url, socket_connect_timeout=5)
+            admin = redis_from_url(admin_url, socket_connect_timeout=5)
             try:
                 log = check_acl_log(admin, site, admin=True)
             finally:
                 admin.close()
-        except redis.RedisError as exc:
+        except (redis.RedisError, ValueError) as exc:  # ValueError: a bad URL (ConfigError)
             log = (NAME, WARN, f"cannot read ACL LOG at {safe_url(admin_url)}: {exc}")
     else:
         log = check_acl_log(r, site)
