@@ -147,8 +147,9 @@ as_unprivileged() {
 UNPRIVILEGED_ERROR="" UNPRIVILEGED_OUTPUT=""
 usable_python() {  # the base Python: 3.11+, runnable by $CHECK_USER
     [ -x "$BASE_PYTHON" ] || die "no Python at $BASE_PYTHON: give --python PATH (3.11 or later)"
-    "$BASE_PYTHON" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-        || die "$BASE_PYTHON is not Python 3.11 or later with venv: give --python PATH"
+    "$BASE_PYTHON" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' \
+        2>/dev/null || die "$BASE_PYTHON is not Python 3.11 or later with venv and ensurepip" \
+        "(Debian, Ubuntu: apt-get install python3-venv): give --python PATH"
     as_unprivileged "$BASE_PYTHON" -c '' \
         || die "$BASE_PYTHON cannot be run by $CHECK_USER (${UNPRIVILEGED_ERROR:-refused}):" \
                "jobtap's services and the users' tools must run it; give --python PATH" \
