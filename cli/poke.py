@@ -126,6 +126,8 @@ def tls_problem(exc: BaseException) -> str:
         why = exc.verify_message or str(exc)
         if "expired" in why:
             return f"TLS: the server's certificate has expired ({why})"
+        if "mismatch" in why:
+            return f"TLS: the server's certificate is not for this host name ({why})"
         return f"TLS: the server's certificate is not trusted: {why} (check ssl_ca_certs)"
     if isinstance(exc, TimeoutError):
         return "TLS: no handshake in time (a plain-text port? then use redis://)"
