@@ -7,6 +7,7 @@ certificate, receives her jobs' events by subscription and reads her stream."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -88,9 +89,28 @@ def test_pipeline_acl_users_and_client_certificates(tls_acl_server, pki, tmp_pat
         assert read == _event_ids(admin, "alice")
         sub.close()
 
-    done = jobtap_cli("poke", "--redis", service(acl.POKER), "--site", SITE, "--strict", "7.pbs")
-    assert done.returncode == 0, done.stderr
-    assert admin.xlen(K.pokes) == 1
+    # follow mode: the collector reads the poke stream over TLS and takes the poke
+    follow = subprocess.Popen([sys.executable, "-m", "jobtap.cli", "collector", *common, *SIM,
+                               "--interval", "0.3", "--follow"],
+                              cwd=ROOT, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        eventually(lambda: any(c.get("user") == acl.WRITER and c.get("cmd") == "xread"
+                               for c in admin.client_list()),
+                   timeout=20, what="the collector reading pokes")  # fmt: skip
+        done = jobtap_cli(
+            "poke", "--redis", service(acl.POKER), "--site", SITE, "--strict", "7.pbs"
+        )
+        assert done.returncode == 0, done.stderr
+        ((poke_id, _),) = admin.xrange(K.pokes)
+        eventually(lambda: admin.hget(K.meta, "pokes_read") == poke_id, timeout=20,
+                   what="the poke read by the collector")  # fmt: skip
+        follow.send_signal(signal.SIGTERM)  # stops after the cycle in hand
+        _, err = follow.communicate(timeout=30)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
     done = runner.invoke(status_cli, ["--redis", service(acl.OPERATOR), "--site", SITE])
     assert done.exit_code == 0, done.output
     # nothing refused to a service, nor to alice but the INFO server her
