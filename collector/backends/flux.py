@@ -994,6 +994,10 @@ class FluxBackend(CommandBackend):
     node's ``jobs``.  ``batch``: job ids per ``flux jobs --json ID...`` call.
     ``reader_path``: where :mod:`flux_journal_reader` lives on the host that
     runs ``flux`` (``journal_reader/`` beside this file by default).
+    ``coalesce``, ``max_delay``: the reader ends a batch after this long
+    without an event, or this long after its first (0.02 and 0.1 s: with the
+    records built from the journal a batch costs no command, so short batches
+    cost little and shorten the delay to the callback).
     ``from_journal``: in follow mode, build a job's new record from the journal
     events the feed read, when they are enough (:mod:`.flux_journal`), instead
     of listing the job again; ``new_jobs``: also for jobs the feed saw from
@@ -1023,8 +1027,8 @@ class FluxBackend(CommandBackend):
         node_jobs: bool = True,
         batch: int = 500,
         reader_path: str | None = None,
-        coalesce: float = 0.05,
-        max_delay: float = 0.25,
+        coalesce: float = 0.02,
+        max_delay: float = 0.1,
         from_journal: bool = True,
         new_jobs: bool = True,
         clock: Callable[[], float] = time.time,

@@ -21,7 +21,8 @@ journal: ``"journal"``: ``"consumer"`` (default), ``"raw"`` or a path; ``"journa
 0 (default) delivers the recorded live events at once, X replays them X times
 faster than recorded (``"journal_clock"``: a file where the consumer writes
 the wall time it started and the first live event's timestamp, so that the
-command stand-in can answer as of the same moment); ``"journal_end"``:
+command stand-in can answer as of the same moment); ``"journal_delay"``: seconds
+after the request before the live events begin (as if the jobs came later); ``"journal_end"``:
 ``"close"`` (default: after the last
 recorded event the stream ends, as when the instance stops) or ``"open"`` (it
 stays open and quiet); ``"journal_owner"``: false makes the job manager refuse

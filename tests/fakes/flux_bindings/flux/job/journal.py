@@ -98,17 +98,19 @@ class JournalConsumer:
         backlog.sort(key=lambda e: e.timestamp)
         self.queue = [*backlog, *((SENTINEL,) if self.full and self.include_sentinel else ())]
         self.live = [e for e in live if e.timestamp > self.since]
-        self.clock0 = time.monotonic()
+        delay = float(control.get("journal_delay", 0))  # the jobs begin that much later
+        self.clock0 = time.monotonic() + delay
         self.first = self.live[0].timestamp if self.live else 0.0
         self.started = True
         if control.get("journal_clock"):  # so that `flux jobs` can answer as of now
-            Path(control["journal_clock"]).write_text(f"{time.time()!r} {self.first!r}\n")
+            wall = time.time() + delay
+            Path(control["journal_clock"]).write_text(f"{wall!r} {self.first!r}\n")
         return self
 
     def _due(self, event: JournalEvent) -> float:
         """When a live event arrives (monotonic clock)."""
         if self.speed <= 0:
-            return self.clock0
+            return self.clock0 if self.clock0 > time.monotonic() else 0.0
         return self.clock0 + (event.timestamp - self.first) / self.speed
 
     def poll(self, timeout: float = -1.0) -> JournalEvent | None:
