@@ -193,10 +193,16 @@ if [ ! -x "$JOBTAP" ]; then   # only in a dry run on a fresh prefix
 fi
 # jobtap's own Python (bin/jobtap may be a link into a virtual environment)
 PYTHON="$(dirname "$(readlink -f "$RUN_JOBTAP")")/python"
-# The site's poke stream (jobtap checks the site name).
-STREAM=$("$PYTHON" -c 'import sys; from jobtap.keys import SiteKeys, POKES_MAXLEN
-print(SiteKeys(sys.argv[1]).pokes, POKES_MAXLEN)' "$SITE") || die "bad site name $SITE"
-MAXLEN=${STREAM##* } STREAM=${STREAM% *}
+# The site's poke stream (jobtap checks the site name); whether --redis holds a
+# password; the writer's URL without one (for the instructions at the end).
+INFO=$("$PYTHON" -c 'import sys; from urllib.parse import urlsplit, urlunsplit
+from jobtap.keys import SiteKeys, POKES_MAXLEN
+site, url = sys.argv[1:]
+u = urlsplit(url)
+print(SiteKeys(site).pokes, POKES_MAXLEN, 1 if u.password else 0)
+print(urlunsplit(u._replace(netloc="writer@" + u.netloc.rpartition("@")[2])))' "$SITE" "$REDIS") \
+    || die "bad site name $SITE"
+{ read -r STREAM MAXLEN REDIS_HAS_PASSWORD; read -r WRITER_URL; } <<< "$INFO"
 
 # 2. The user the systemd units run as (deploy/systemd: User=jobtap).
 if getent passwd "$SERVICE_USER" >/dev/null; then
@@ -220,8 +226,6 @@ if [ -z "$ADMIN_REDIS" ] && [ -r "$CONFIG_DIR/admin.env" ]; then
 fi
 # jobtap as the admin; the URL goes in the environment, not on command lines (ps).
 as_admin() { JOBTAP_ADMIN_REDIS="$ADMIN_REDIS" "$@"; }
-url_has_password() { "$PYTHON" -c 'import sys; from urllib.parse import urlsplit
-sys.exit(0 if urlsplit(sys.argv[1]).password else 1)' "$1"; }
 if [ -n "$ADMIN_REDIS" ]; then
     # Redis must be set up first (deploy/redis/setup.sh): users made on a Redis
     # without an ACL file are gone when it restarts, and then every poke is refused.
@@ -261,14 +265,14 @@ for rule in poker.get("keys") or []:
         say "jobtap acl sync ${SITES[*]}: the service users writer, operator and poker"
         as_admin "${SYNC[@]}" || die "jobtap acl sync failed (above)"
     fi
-elif ! url_has_password "$REDIS" && [ ! -s "$CONFIG_DIR/poker.password" ]; then
+elif [ "$REDIS_HAS_PASSWORD" = 0 ] && [ ! -s "$CONFIG_DIR/poker.password" ]; then
     die "no $CONFIG_DIR/poker.password: give --admin-redis URL (an admin of the Redis" \
         "ACLs; deploy/redis/setup.sh wrote it to $CONFIG_DIR/admin.env) to create the" \
         "service users, or a --redis URL with poker's password"
 fi
 
 # 4. Poker's URL: it may only append to the poke stream.
-if url_has_password "$REDIS"; then
+if [ "$REDIS_HAS_PASSWORD" = 1 ]; then
     POKE_URL=$REDIS
 elif [ -s "$CONFIG_DIR/poker.password" ]; then
     POKE_URL=$("$PYTHON" -c 'import sys; from urllib.parse import quote, urlsplit, urlunsplit
@@ -359,9 +363,6 @@ case "$QOJ" in
 esac
 
 PBS_BIN=$(dirname "$QMGR")
-WRITER_URL=$("$PYTHON" -c 'import sys; from urllib.parse import urlsplit, urlunsplit
-u = urlsplit(sys.argv[1])
-print(urlunsplit(u._replace(netloc="writer@" + u.netloc.rpartition("@")[2])))' "$REDIS")
 cat <<EOF
 
 Done. Follow mode also needs, for site $SITE (deploy/pbs/README.md, "Then run"):
