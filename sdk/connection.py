@@ -455,8 +455,14 @@ def _verify_message(exc: BaseException) -> str | None:
 
 
 def tls_problem(exc: BaseException, url: str) -> str | None:
-    """What went wrong with TLS, in a few words, if that is what ``exc`` (a
-    redis-py or socket error met while talking to ``url``) says; else None."""
+    """What went wrong with TLS, in a few words on one line, if that is what
+    ``exc`` (a redis-py or socket error met while talking to ``url``) says;
+    else None."""
+    problem = _tls_problem(exc, url)
+    return " ".join(problem.split()) if problem is not None else None
+
+
+def _tls_problem(exc: BaseException, url: str) -> str | None:
     why = _verify_message(exc)
     if why is not None:
         if "expired" in why:
@@ -483,8 +489,10 @@ def tls_problem(exc: BaseException, url: str) -> str | None:
     if tls_url and "eof occurred in violation" in low:  # closed on us just after the handshake
         if "ssl_certfile" in url:
             return "the server closed the connection: did it refuse the client certificate?"
-        return "the server closed the connection: does it want a client certificate? (give "
-        "ssl_certfile and ssl_keyfile)"
+        return (
+            "the server closed the connection: does it want a client certificate? (give "
+            "ssl_certfile and ssl_keyfile)"
+        )
     if tls_url and "[ssl" in low:
         return text.split(". ", 1)[-1].rstrip(".")
     return None
