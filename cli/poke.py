@@ -223,10 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, PokeError, ValueError) as exc:
         where = args.redis.split("@")[-1]
         why = " ".join(str(exc).split()) or type(exc).__name__
-        if args.redis.startswith("redis://") and (
-            "closed by Redis" in why or isinstance(exc, ConnectionResetError)
-        ):
+        closed = "closed by Redis" in why or isinstance(exc, ConnectionResetError)
+        if closed and args.redis.startswith("redis://"):
             why += " (a TLS port? then use rediss://)"
+        elif closed and args.redis.startswith("rediss://"):
+            why = f"TLS: {why} (does it want a client certificate, or refuse this one?)"
         print(f"jobtap poke: not delivered to {where}: {why}", file=sys.stderr)
         return 1 if args.strict else 0
     return 0

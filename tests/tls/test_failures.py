@@ -86,7 +86,7 @@ def test_one_line_within_seconds(case, servers, pki, monkeypatch, tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert time.monotonic() - started < BOUND
     assert len(err) == 1 and "not delivered" in err[0], err
-    assert ("TLS" in err[0]) == tls or "rediss://" in err[0], err
+    assert ("TLS: " in err[0]) if tls else ("use rediss://" in err[0]), err
 
 
 def test_a_service_says_it_once_and_exits(servers, pki):
