@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -33,6 +34,7 @@ from tests.support.pipeline import chunks_not_applied, drain, meta
 from tests.support.procs import stop_process
 from tests.support.reaper import run_reaped
 from tests.support.slurm import (
+    JOBTAP,
     KILLED_BY_SIGTERM,
     SITE,
     Harness,
@@ -119,6 +121,36 @@ def test_hook_pokes_in_the_background_and_always_exits_0(redis_server, r, tmp_pa
     assert proc.returncode == 0 and took < 1.0
     eventually(lambda: "not delivered" in log.read_text(), timeout=20, what="the complaint")
     assert sorted(pokes(r)) == ["20_3", "41"]
+
+
+def test_the_hook_pokes_without_python_and_falls_back_to_jobtap_poke(redis_server, r, tmp_path):
+    """The hook speaks the few lines of the Redis protocol itself (bash's
+    /dev/tcp: AUTH with a percent-encoded password, SELECT, XADD), so a poke
+    costs no Python start-up: with a ``JOBTAP_BIN`` that does not exist, the
+    pokes still arrive.  What it does not do itself (here a wrong password)
+    goes to ``jobtap poke``, whose complaint reaches the hook's log."""
+    password = "p@ss:w%rd"
+    r.execute_command("ACL", "SETUSER", "hookpoker", "on", f">{password}", "~*", "+xadd",
+                      "+select")  # fmt: skip
+    base = f"127.0.0.1:{redis_server.port}"
+    log = tmp_path / "hook.log"
+    env_file = tmp_path / "slurm-hook.env"
+
+    def hook(url: str, job_id: str, bin_: str) -> None:
+        env_file.write_text(f"JOBTAP_SITE={SITE}\nJOBTAP_REDIS={url}\nJOBTAP_BIN={bin_}\n"
+                            f"JOBTAP_HOOK_LOG={log}\n")  # fmt: skip
+        proc, _ = run_hook(env_file, reap=True, SLURM_JOB_ID=job_id)
+        assert proc.returncode == 0
+
+    hook(f"redis://hookpoker:{quote(password, safe='')}@{base}/0", "51", "/nonexistent/jobtap")
+    hook(f"redis://{base}/1", "52", "/nonexistent/jobtap")
+    assert pokes(r) == ["51"]
+    r.execute_command("SELECT", 1)
+    assert pokes(r) == ["52"]
+    r.execute_command("SELECT", 0)
+    hook(f"redis://hookpoker:wrong@{base}/0", "53", str(JOBTAP))
+    assert pokes(r) == ["51"]
+    assert "not delivered" in log.read_text()
 
 
 def run_like_slurmscriptd(env_file: Path, job_id: str) -> int:
