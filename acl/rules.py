@@ -404,11 +404,6 @@ class AclAdmin:
                 data.close()
         return users
 
-    def default_user_open(self) -> bool:
-        """True if the default user is on without a password (anyone gets in)."""
-        d = self._get_on(self.r, "default")
-        return d is not None and d.enabled and "nopass" in d.raw.get("flags", [])
-
     # -- writing -----------------------------------------------------------------------------
     def rules_for(self, name: str) -> list[str]:
         if name in SERVICE_USERS:

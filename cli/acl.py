@@ -32,6 +32,8 @@ from jobtap.connection import describe_error, redis_from_url, safe_url
 from jobtap.errors import JobtapError
 from jobtap.keys import BadName, check_site
 
+from .redissetup import setup_warnings
+
 DEFAULT_ADMIN_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -114,11 +116,11 @@ def admin_client(url: str, sites: list[str], groups: bool = True) -> rules.AclAd
         return rules.AclAdmin(r, sites, groups=groups)
 
 
-def saved(admin: rules.AclAdmin) -> None:
+def saved(admin: rules.AclAdmin, *, warn_no_aclfile: bool = True) -> None:
     path = admin.save()
     for warning in admin.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if path is None:
+    if path is None and warn_no_aclfile:
         click.echo(
             "warning: this Redis has no aclfile: the users last until it restarts "
             "(see docs/security.md)",
@@ -221,6 +223,8 @@ def sync(redis_url, sites, users_file, dry_run, groups, services, secrets_dir, u
                 f = Path(secrets_dir, f"{name}.password")
                 if f.exists():
                     given[name] = f.read_text(encoding="utf-8").strip()
+        for line in setup_warnings(admin.r):  # no ACL file, default user open
+            click.echo(f"warning: {line}", err=True)
         report = admin.sync(users, services=services, service_passwords=given, dry_run=dry_run)
         for name, why in sorted(report.skipped.items()):
             click.echo(f"skipped {name!r}: {why}", err=True)
@@ -231,12 +235,6 @@ def sync(redis_url, sites, users_file, dry_run, groups, services, secrets_dir, u
             for line in report.lines:
                 click.echo(line)
             return
-        if admin.default_user_open():
-            click.echo(
-                "warning: the default user is on without a password: anyone who reaches "
-                "this Redis can do anything (deploy/redis/users.acl turns it off)",
-                err=True,
-            )
         for name, password in report.generated.items():
             if secrets_dir:
                 files.write_secret(Path(secrets_dir, f"{name}.password"), password)
@@ -252,7 +250,7 @@ def sync(redis_url, sites, users_file, dry_run, groups, services, secrets_dir, u
                 path, _ = grant_one(admin, name, url, None)
                 granted.append(name)
                 click.echo(f"granted {name}: {path}")
-        saved(admin)
+        saved(admin, warn_no_aclfile=False)  # said above, with what to do
     waiting = len(report.no_password) - len(granted)
     click.echo(
         f"acl sync: {len(report.created)} created, {len(report.updated)} updated, "

@@ -9,7 +9,8 @@ fine and what is not, the way an admin would look after installing a hook:
 - pokes consumed: a probe poke (an entry naming no job) is read by the
   collector within ``--wait`` seconds, and nothing older lies unread;
 - feed: the event feed (Flux's journal) is up, not restarting or failing;
-- workers: someone applies the site's chunks, and the queues are not backing up.
+- workers: someone applies the site's chunks, and the queues are not backing up;
+- refused: no poke refused by Redis (ACL LOG; the PBS hook's own settings tried).
 
 Exit status 0 when nothing failed (warnings allowed), 1 otherwise.  The probe
 needs a user that may XADD to the poke stream (the writer, ``poker`` or
@@ -30,9 +31,11 @@ import redis
 from jobtap.keys import POKES_MAXLEN, SiteKeys
 from jobtap.workers.chunk import PRIORITIES
 
+from . import pokecheck
 from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
+from .passwords import credentials_option, credentials_site
+from .pokecheck import FAIL, OK, WARN
 
-OK, WARN, FAIL = "ok", "warn", "FAIL"
 RECENT_S = 600  # pokes counted by source over this many seconds
 
 
@@ -211,12 +214,20 @@ def run_checks(
     "--wait", type=float, default=5.0, show_default=True, help="Seconds to wait for the probe."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")  # fmt: skip
-def doctor(redis_url, site, queue_redis, send_probe, wait, as_json):
+@credentials_option
+@pokecheck.options
+def doctor(redis_url, site, queue_redis, send_probe, wait, as_json, admin_redis, hook_settings):
     """Is follow mode working for SITE: collector alive, pokes arriving and
-    being consumed, the event feed up, workers applying?"""
+    being consumed (and none refused by Redis), the event feed up, workers
+    applying?"""
+    site = credentials_site(click.get_current_context(), site)
     r = connect(redis_url)
     q = connect_queues(queue_redis, r)
     checks = run_checks(r, q, site, send_probe=send_probe, wait=wait)
+    checks += [
+        Check(*c)
+        for c in pokecheck.poke_checks(r, site, admin_url=admin_redis, hook_settings=hook_settings)
+    ]
     if as_json:
         import orjson
 

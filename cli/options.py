@@ -11,18 +11,23 @@ from jobtap.connection import AnyRedis, describe_error, open_redis, safe_url
 from jobtap.errors import ConfigError, JobtapError
 from jobtap.keys import BadName, check_site
 
+from .passwords import password_file_option, with_password
+
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def redis_option(f):
-    return click.option(
+    f = click.option(
         "--redis",
         "redis_url",
         envvar="JOBTAP_REDIS",
         default=DEFAULT_REDIS,
         show_default=True,
-        help="Redis URL of the site's data (env JOBTAP_REDIS).",
+        callback=with_password,
+        help="Redis URL of the site's data (env JOBTAP_REDIS); name only the user in it and "
+        "give the password with --password-file or the environment, not in ps.",
     )(f)
+    return password_file_option(f)
 
 
 def queue_redis_option(f):
@@ -30,6 +35,7 @@ def queue_redis_option(f):
         "--queue-redis",
         envvar="JOBTAP_QUEUE_REDIS",
         default=None,
+        callback=with_password,
         help="Redis URL of the rq queues (env JOBTAP_QUEUE_REDIS; default: --redis).  A plain "
         "Redis: required when --redis is a Redis Cluster, which rq cannot use.",
     )(f)

@@ -6,9 +6,8 @@ service login is refused from then on), beside a ``default`` user that lets
 anyone in.  :func:`setup_warnings` says so in words an admin can act on,
 naming the step that was skipped.
 
-Wiring (cli/acl.py, ``sync``): print ``warning: LINE`` for each of
-``setup_warnings(admin.r)`` before the users are set, instead of the
-``default_user_open()`` and "no aclfile" warnings printed after.
+``jobtap acl sync`` prints ``warning: LINE`` for each before it sets the users
+(dry run too); deploy/pbs/install-hook.sh runs it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ import threading
 import time
 
 import pytest
+import redis
 
+from jobtap.acl.rules import poker_rules
 from jobtap.cli.doctor import FAIL, OK, WARN, run_checks
 from jobtap.collector.cycle import Collector
 from jobtap.collector.follow import poke
@@ -89,7 +91,24 @@ def test_follow_mode_working_end_to_end(redis_server, r, collector, worker):
                           "--json", "--no-probe"], capture_output=True, text=True,
                          timeout=60, check=True)  # fmt: skip
     assert {c["name"] for c in json.loads(out.stdout)} == {
-        "collector", "follow", "pokes", "pokes read", "workers"}  # fmt: skip
+        "collector", "follow", "pokes", "pokes read", "workers", "refused"}  # fmt: skip
+
+
+def test_refused_pokes_fail_the_doctor(redis_server, r, tmp_path):
+    """poker as an install for another site left it (its rules name hpc-old): its
+    pokes to this site are refused, which the hook swallows; `jobtap doctor` run
+    as the Redis admin (the test's default user) reads ACL LOG and fails."""
+    r.execute_command("ACL", "SETUSER", "poker", "reset", "on", ">pw", *poker_rules(["hpc-old"]))
+    poker = redis.Redis(port=redis_server.port, username="poker", password="pw")
+    with poker, pytest.raises(redis.exceptions.NoPermissionError):
+        poker.xadd(K.pokes, {"ids": "1.simhost"})
+    res = subprocess.run([*JOBTAP, "doctor", "--redis", redis_server.url, "--site", SITE,
+                          "--no-probe", "--hook-settings", str(tmp_path / "none.json")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = {line[6:16].strip(): line for line in res.stdout.splitlines()}
+    assert lines["refused"].startswith("FAIL"), res.stdout
+    assert f"user poker may not append to {K.pokes}" in lines["refused"], res.stdout
 
 
 def test_pokes_not_consumed_without_follow(r, collector):

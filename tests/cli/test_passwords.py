@@ -97,7 +97,7 @@ def test_mistakes_are_one_clear_line(tmp_path):
 @passwords.password_file_option
 @passwords.credentials_option
 def probe(redis_url: str, site: str) -> None:
-    """A command wired as cli/options.py will be: it prints who it logs in as."""
+    """A command wired as cli/options.py wires --redis: it prints who it logs in as."""
     site = passwords.credentials_site(click.get_current_context(), site)
     click.echo(f"{logs_in(redis_url)} {site}")
 
@@ -151,3 +151,25 @@ def test_no_readme_example_puts_a_password_in_a_command_line():
     readme = (ROOT / "deploy" / "pbs" / "README.md").read_text()
     assert "$(cat" not in readme and "writer:…@" not in readme
     assert "--password-file" in readme and "JOBTAP_REDIS_PASSWORD_FILE" in readme
+
+
+def test_the_services_commands_take_the_password_file(writer, r, tmp_path, monkeypatch):
+    """`jobtap collector --once` logs in as the writer with --password-file, and
+    JOBTAP_REDIS_PASSWORD_FILE does for `jobtap status`: the URL on the command
+    line (what `ps` shows) names only the user."""
+    from jobtap.cli.app import main
+
+    monkeypatch.delenv(passwords.PASSWORD_ENV, raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    r.execute_command("ACL", "SETUSER", "writer", "allchannels")  # the collector publishes
+    path = secret(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(main, ["collector", "--backend", "sim", "--site", "pw1", "--once",
+                               "--redis", writer, "--password-file", str(path),
+                               "--state-dir", str(tmp_path / "state")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(main, ["status", "--redis", writer, "--site", "pw1"],
+                        env={passwords.PASSWORD_FILE_ENV: str(path)})  # fmt: skip
+    assert res.exit_code == 0 and "pw1" in res.output, res.output
+    res = runner.invoke(main, ["status", "--redis", writer, "--site", "pw1"], env={})
+    assert res.exit_code != 0 and "writer" in res.output, res.output
