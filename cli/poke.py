@@ -169,11 +169,16 @@ def elsewhere(url: str, host: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=f"{login}@{where}" if login else where))
 
 
-def poke(url: str, site: str, job_ids: list[str], *, timeout: float = 2.0) -> bytes:
-    """Append one poke naming ``job_ids`` to the site's poke stream; return its id."""
+def poke(
+    url: str, site: str, job_ids: list[str], *, timeout: float = 2.0, ended: bool = False
+) -> bytes:
+    """Append one poke naming ``job_ids`` to the site's poke stream; return its id.
+    ``ended``: the jobs are known to have ended (Slurm's EpilogSlurmctld), so
+    the collector looks again soon at a job it still finds exiting."""
     key = SiteKeys(site).pokes
+    extra = ("ended", "1") if ended else ()
     xadd = encode("XADD", key, "MAXLEN", "~", POKES_MAXLEN, "*",
-                  "ids", " ".join(job_ids), "source", socket.gethostname())  # fmt: skip
+                  "ids", " ".join(job_ids), "source", socket.gethostname(), *extra)  # fmt: skip
     asking = False
     for _ in range(MAX_REDIRECTS + 1):
         sock, setup = connect(url, timeout)
@@ -214,9 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="site name (env JOBTAP_SITE)")  # fmt: skip
     ap.add_argument("--strict", action="store_true", help="exit 1 if the poke was not delivered")
     ap.add_argument("--timeout", type=float, default=2.0)
+    ap.add_argument(
+        "--ended", action="store_true", help="the jobs ended: look again soon at one still exiting"
+    )
     args = ap.parse_args(argv)
     try:
-        poke(args.redis, args.site, args.job_ids, timeout=args.timeout)
+        poke(args.redis, args.site, args.job_ids, timeout=args.timeout, ended=args.ended)
     except BadName as exc:
         print(f"jobtap poke: {exc}", file=sys.stderr)
         return 2

@@ -136,10 +136,10 @@ def test_the_hook_pokes_without_python_and_falls_back_to_jobtap_poke(redis_serve
     log = tmp_path / "hook.log"
     env_file = tmp_path / "slurm-hook.env"
 
-    def hook(url: str, job_id: str, bin_: str) -> None:
+    def hook(url: str, job_id: str, bin_: str, **slurm_env: str) -> None:
         env_file.write_text(f"JOBTAP_SITE={SITE}\nJOBTAP_REDIS={url}\nJOBTAP_BIN={bin_}\n"
                             f"JOBTAP_HOOK_LOG={log}\n")  # fmt: skip
-        proc, _ = run_hook(env_file, reap=True, SLURM_JOB_ID=job_id)
+        proc, _ = run_hook(env_file, reap=True, SLURM_JOB_ID=job_id, **slurm_env)
         assert proc.returncode == 0
 
     hook(f"redis://hookpoker:{quote(password, safe='')}@{base}/0", "51", "/nonexistent/jobtap")
@@ -151,6 +151,15 @@ def test_the_hook_pokes_without_python_and_falls_back_to_jobtap_poke(redis_serve
     hook(f"redis://hookpoker:wrong@{base}/0", "53", str(JOBTAP))
     assert pokes(r) == ["51"]
     assert "not delivered" in log.read_text()
+    # The epilog's poke says the job ended (the collector looks again soon at a
+    # job still COMPLETING), by the fast path and by jobtap poke --ended alike.
+    r.delete(K.pokes)
+    hook(f"redis://{base}/0", "54", "/nonexistent/jobtap", SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    hook(f"redis://{base}/0", "55", "/nonexistent/jobtap", SLURM_SCRIPT_CONTEXT="prolog_slurmctld")
+    _cmd(str(JOBTAP), "poke", "--redis", redis_server.url, "--site", SITE, "--ended", "56")
+    assert [(f[b"ids"], f.get(b"ended")) for _, f in r.xrange(K.pokes)] == [
+        (b"54", b"1"), (b"55", None), (b"56", b"1")
+    ]  # fmt: skip
 
 
 def run_like_slurmscriptd(env_file: Path, job_id: str) -> int:
