@@ -470,6 +470,8 @@ class Collector:
         """The records of poked jobs: each on its own, or from one full listing
         (and history for those it no longer lists), learning what it cost."""
         reads = self.plan.reads
+        if self.plan.pushed:  # taken as the read starts: the bucket refills meanwhile
+            reads.spend(how, len(ids))
         t0 = time.perf_counter()
         if how == SINGLES:
             natives = self.backend.stat_some(ids)
@@ -487,8 +489,6 @@ class Collector:
         elif how == SINGLES and reads.single is None and reads.listing is not None:
             reads.learn(SINGLES, reads.listing)  # until measured: as dear as a listing
         self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
-        if self.plan.pushed:
-            reads.spend(how, len(ids))
         return natives
 
     def _reads_measured(self) -> bool:
