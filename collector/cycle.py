@@ -486,9 +486,9 @@ class Collector:
                     log.warning("refresh: history of %d poked jobs failed: %s", len(gone), exc)
         if not self._reads_measured():
             reads.learn(how, time.perf_counter() - t0, len(ids))
-        elif how == SINGLES and reads.single is None and reads.listing is not None:
-            reads.learn(SINGLES, reads.listing)  # until measured: as dear as a listing
         self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
+        if how == SINGLES and reads.single is None and self._reads_measured():
+            self._costs_at = None  # the first single reads: measured before the next decision
         return natives
 
     def _reads_measured(self) -> bool:
