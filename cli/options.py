@@ -7,7 +7,14 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from jobtap.connection import AnyRedis, describe_error, open_redis, safe_url
+from jobtap.connection import (
+    AnyRedis,
+    describe_error,
+    is_sentinel,
+    open_redis,
+    safe_url,
+    set_wait_replicas,
+)
 from jobtap.errors import ConfigError, JobtapError
 from jobtap.keys import BadName, check_site
 
@@ -30,14 +37,32 @@ def redis_option(f):
     return password_file_option(f)
 
 
+_META_WAIT = "jobtap.queue_wait_replicas"
+
+
 def queue_redis_option(f):
+    """``--queue-redis URL`` and ``--queue-wait-replicas N`` (read by
+    :func:`connect_queues`)."""
+    f = click.option(
+        "--queue-wait-replicas",
+        type=click.IntRange(0, 16),
+        envvar="JOBTAP_QUEUE_WAIT_REPLICAS",
+        default=None,
+        is_eager=True,
+        expose_value=False,
+        callback=lambda ctx, param, value: ctx.meta.__setitem__(_META_WAIT, value),
+        help="Replicas of the queue Redis that must acknowledge each shipment (WAIT) before "
+        "it counts as shipped (env JOBTAP_QUEUE_WAIT_REPLICAS; default: 1 for a "
+        "redis+sentinel:// URL, else 0).",
+    )(f)
     return click.option(
         "--queue-redis",
         envvar="JOBTAP_QUEUE_REDIS",
         default=None,
         callback=with_password,
         help="Redis URL of the rq queues (env JOBTAP_QUEUE_REDIS; default: --redis).  A plain "
-        "Redis: required when --redis is a Redis Cluster, which rq cannot use.",
+        "Redis: required when --redis is a Redis Cluster, which rq cannot use.  A Redis under "
+        "Sentinel: redis+sentinel://[user@]host:port[,host:port...]/SERVICE[/DB].",
     )(f)
 
 
@@ -115,12 +140,23 @@ def connect_queues(url: str | None, data: AnyRedis) -> redis.Redis:
                 "the data Redis is a Redis Cluster, and rq needs a plain Redis for its "
                 "queues: give --queue-redis URL"
             )
+        ctx = click.get_current_context(silent=True)
+        set_wait_replicas(data, ctx.meta.get(_META_WAIT) if ctx is not None else None)
         return data
     queues = connect(url, "the queue Redis")
     if isinstance(queues, RedisCluster):
         queues.close()
         raise click.ClickException(
             f"the queue Redis at {safe_url(url)} is a Redis Cluster: rq needs a plain Redis"
+        )
+    ctx = click.get_current_context(silent=True)
+    wanted = ctx.meta.get(_META_WAIT) if ctx is not None else None
+    set_wait_replicas(queues, wanted)  # None: 1 under Sentinel, else 0
+    if is_sentinel(queues) and wanted == 0:
+        click.echo(
+            "warning: --queue-wait-replicas 0: a chunk shipped just before the queue "
+            "primary fails may be lost with it",
+            err=True,
         )
     return queues
 
