@@ -30,6 +30,8 @@ missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 # redis-cli joins the local Redis Cluster of tests/cluster (redis-server depends on it)
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
+# redis-sentinel watches the queue Redis of tests/sentinel (installed, never started here)
+command -v redis-sentinel >/dev/null 2>&1 || missing="$missing redis-sentinel"
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 \
     || missing="$missing prometheus"
 command -v tmux >/dev/null 2>&1 || missing="$missing tmux"

@@ -1,0 +1,60 @@
+"""Shipping to a queue Redis under Sentinel: a shipment counts only once a
+replica has it (WAIT 1).  With every replica silent (SIGSTOP) the cycle fails,
+says why, and changes nothing; once a replica answers again the next cycle
+ships the same changes, and the workers apply each once."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobtap.collector.cycle import Collector
+from jobtap.collector.service import CollectorService
+from jobtap.connection import set_wait_replicas, wait_replicas
+from jobtap.keys import SiteKeys
+from jobtap.sim import SimBackend
+from jobtap.workers.service import run_worker
+from tests.support.pipeline import check_against_truth, site_events
+
+
+def collector_of(r, queues, site="hpc2", jobs=60):
+    backend = SimBackend(seed=7, nodes=8, jobs=jobs, tick=0)
+    col = Collector(backend, r, queues, site=site, nodes_every=2, reconcile_every=0)
+    col.shipper.wait_timeout = 0.3
+    return CollectorService(col, interval=0), backend.simulation
+
+
+@pytest.mark.timeout(60)
+def test_a_shipment_no_replica_acknowledged_is_not_shipped(sentinel, queues, r):
+    service, sim = collector_of(r, queues)
+    stats: list[float] = []
+    assert service.run_one()
+    stats.append(sim.now)
+    assert run_worker(queues, r, ["hpc2"], burst=True)
+    sim.advance(300)
+    for node in sentinel.replicas:
+        sentinel.pause(node)
+    try:
+        assert not service.run_one()  # WAIT 1 timed out
+        meta = {k.decode(): v.decode() for k, v in r.hgetall(SiteKeys("hpc2").meta).items()}
+        assert meta["status"] == "failing"
+        assert "acknowledged by 0 of the 1 queue replica(s)" in meta["last_error"]
+        assert int(meta["failures_redis"]) == 1
+    finally:
+        for node in sentinel.replicas:
+            sentinel.resume(node)
+    assert service.run_one()  # the same changes, shipped again and acknowledged
+    stats.append(sim.now)
+    run_worker(queues, r, ["hpc2"], burst=True)
+    by_job, _ = check_against_truth(r, "hpc2", sim, stats)
+    assert by_job and len(site_events(r, "hpc2")) >= len(by_job)
+
+
+def test_wait_replicas_follows_the_url_and_the_option(queues, redis_server):
+    from jobtap.connection import redis_from_url
+
+    plain = redis_from_url(redis_server.url)
+    assert (wait_replicas(queues), wait_replicas(plain)) == (1, 0)
+    set_wait_replicas(queues, 0)
+    set_wait_replicas(plain, 2)
+    assert (wait_replicas(queues), wait_replicas(plain)) == (0, 2)
+    plain.close()
