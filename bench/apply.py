@@ -2,6 +2,7 @@
 
     python -m bench.apply [--jobs 20000] [--chunk 500] [--rounds 3] [--metrics | --compare]
     python -m bench.apply --jobs 20000 --rounds 6 --against [REV]
+    python -m bench.apply --jobs 20000 --profile
 
 Starts its own redis-server on a free port.  Round 1 applies ``--jobs`` new jobs;
 each later round changes every one of them (a state change and new
@@ -25,6 +26,13 @@ whatever it wrote through Lua with a table per item and checked no cycle)
 beside this tree's, on the same records, each on a redis-server of its own,
 rounds alternated ABBA.  Prints Redis CPU µs per change (``INFO cpu``) and
 changes/s of each side, and their ratio.  Needs a git checkout.
+
+``--profile``: where Redis' time goes in a round of changes: ``INFO
+commandstats`` per change (the script's own commands counted inside
+``evalsha``'s time too), then Redis' CPU for parts of that work sent on their
+own: the reads (HGETALL of every record), the scripts' arguments handed to a
+script that does nothing (what bringing them into Lua costs), and a round
+applied in full.
 """
 
 from __future__ import annotations
@@ -167,15 +175,16 @@ def against(natives, chunk: int, rounds: int, rev: str) -> None:
     print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA); "
           f"before = {rev}, after = this tree")  # fmt: skip
     print("side     new jobs: Redis µs/change  changes/s | changes: Redis µs/change (each round)"
-          "   median   changes/s median")  # fmt: skip
+          "   median   changes/s median   worker CPU µs/change median")  # fmt: skip
     med = {}
     for k in sides:
         server_us = [x for _, _, x in results[k]]
         rates = [w for w, _, _ in results[k]]
+        worker_us = statistics.median(1e6 / c for _, c, _ in results[k])
         med[k] = (statistics.median(server_us), statistics.median(rates))
         print(f"{k:<7}  {new[k][2]:>26.1f} {new[k][0]:>10,.0f} | "
               + " ".join(f"{x:.1f}" for x in server_us)
-              + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}")  # fmt: skip
+              + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}   {worker_us:.1f}")  # fmt: skip
     print(f"Redis CPU per change, before / after: {med['before'][0] / med['after'][0]:.2f}x "
           f"(new jobs {new['before'][2] / new['after'][2]:.2f}x); changes/s after / before: "
           f"{med['after'][1] / med['before'][1]:.2f}x")  # fmt: skip
@@ -243,6 +252,77 @@ def bench_rq(
     return out
 
 
+def profile(natives, chunk: int) -> None:
+    """Where Redis' CPU goes in a round of changes (see the module's docstring)."""
+    server = RedisServer().start()
+    try:
+        r = server.client()
+        applier = Applier(r)
+        keys = SiteKeys(SITE)
+        apply_round(applier, natives, chunk, 0, r)
+        apply_round(applier, natives, chunk, 1, r)
+        n = len(natives)
+        # the script calls of round 3, planned but not sent
+        target = applier.targets.for_site(keys)
+        calls, plans, okeys, events, arg_bytes = [], [], [], 0, 0
+        for part in chunked(records_for_round(natives, 2), chunk):
+            c = Chunk(SITE, 3, "2026-11-21T15:00:00+00:00", "job", list(part))
+            reads = applier._read(target, keys, c)
+            okeys += [okey for _, _, okey, _ in reads]
+            for b in range(0, len(reads), applier.settings.batch):
+                plan = applier._plan(keys, c, reads[b : b + applier.settings.batch])
+                kargs, argv = applier._args(keys, c, plan)
+                calls.append((kargs, argv))
+                plans.append(plan)
+                events += sum(1 for item in plan.items if item.etype)
+                arg_bytes += sum(len(a) for a in (*kargs, *argv) if isinstance(a, bytes | str))
+        noop = r.script_load("return 0")
+
+        def cpu_of(send) -> float:
+            pipe = r.pipeline(transaction=False)
+            s0 = redis_cpu(r)
+            send(pipe)
+            pipe.execute()
+            return 1e6 * (redis_cpu(r) - s0) / n
+
+        reads_us = cpu_of(lambda p: [p.hgetall(k) for k in okeys])
+        args_us = cpu_of(lambda p: [p.evalsha(noop, len(k), *k, *a) for k, a in calls])
+        r.config_resetstat()
+        _, _, full_us = apply_round(applier, natives, chunk, 2, r)
+        stats = r.info("commandstats")
+
+        def plain(p) -> None:  # the same check and writes without a script (and unchecked)
+            s = applier.settings
+            for plan in plans:
+                for item in plan.items:
+                    p.hmget(item.key, "version", "epoch", "cycle")
+                    p.hset(item.key, mapping=item.fields)
+                    entry = {"id": item.eid, "type": item.etype, "event": item.json}
+                    p.xadd(keys.events, entry, maxlen=s.site_maxlen, approximate=True)  # type: ignore[arg-type]
+                    p.xadd(item.stream, entry, maxlen=s.user_maxlen, approximate=True)  # type: ignore[arg-type]
+                    p.publish(item.channel, item.json)
+                    p.publish(keys.all_channel, item.json)
+
+        plain_us = cpu_of(plain)
+    finally:
+        server.stop()
+    print(f"jobs: {n:,}, chunk size: {chunk}, batches of {applier.settings.batch}; a round of "
+          f"changes: {events:,} events, {arg_bytes / n:,.0f} bytes of script arguments "
+          f"per change")  # fmt: skip
+    print("INFO commandstats of that round (µs: time inside Redis, wall clock)")
+    print("command                 calls/change   µs/call   µs/change")
+    for name, st in sorted(stats.items(), key=lambda kv: -float(kv[1]["usec"])):
+        if float(st["usec"]) / n >= 0.05:
+            print(f"{name.removeprefix('cmdstat_'):<22} {st['calls'] / n:>13.2f} "
+                  f"{float(st['usec_per_call']):>9.1f} {float(st['usec']) / n:>11.2f}")  # fmt: skip
+    print("Redis CPU (INFO cpu) per change:")
+    print(f"  the whole round (reads, scripts, writes):           {full_us:6.1f} µs")
+    print(f"  its reads alone (HGETALL of each record):           {reads_us:6.1f} µs")
+    print(f"  its script arguments alone, to a script doing nothing: {args_us:6.1f} µs")
+    print(f"  its writes as plain pipelined commands (HMGET, HSET, 2 XADD, 2 PUBLISH; no"
+          f" script, nothing checked): {plain_us:.1f} µs")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=20_000)
@@ -250,8 +330,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--metrics", action="store_true", help="count in Prometheus series")
     ap.add_argument("--compare", action="store_true", help="metrics off and on, alternated")
+    ap.add_argument("--profile", action="store_true", help="where Redis' CPU goes")
     ap.add_argument("--against", nargs="?", const=BEFORE, metavar="REV",
-                    help=f"the apply step of commit REV beside this one (default {BEFORE})")  # fmt: skip
+                    help=f"commit REV's apply step beside this one (default {BEFORE})")  # fmt: skip
     args = ap.parse_args()
     import logging
 
@@ -260,6 +341,9 @@ def main() -> None:
     tune_gc()  # what `jobtap worker` does at start; also keeps the bench's own data out of GC
     if args.against:
         against(natives, args.chunk, args.rounds, args.against)
+        return
+    if args.profile:
+        profile(natives, args.chunk)
         return
     server = RedisServer().start()
     try:
@@ -271,7 +355,8 @@ def main() -> None:
         via_rq = bench_rq(r, natives, args.chunk, args.rounds, args.rounds, args.metrics)
         print(f"jobs per round: {args.jobs}, chunk size: {args.chunk}, redis-server on one core,"
               f" metrics {'on' if args.metrics else 'off'}")  # fmt: skip
-        print("round  kind                     direct apply/s (Redis µs/change)  through rq/s (Redis µs)")
+        print("round  kind                     direct apply/s (Redis µs/change)"
+              "  through rq/s (Redis µs)")  # fmt: skip
         for i, ((d, d_us), (q, q_us)) in enumerate(zip(direct, via_rq)):
             kind = "new jobs" if i == 0 else "state+usage changes"
             print(f"{i + 1:>5}  {kind:<24} {d:>14,.0f} ({d_us:>5.1f})  {q:>14,.0f} ({q_us:>5.1f})")

@@ -1,10 +1,12 @@
 """The rq job: apply one chunk shipped by the collector.
 
 For each object of the chunk the worker reads the stored record, computes the
-attribute-level changes, bumps ``version`` and builds the event; then one Lua
-script writes every hash, appends to the streams and publishes, after checking
-that no other worker touched those objects in between (if one did, the worker
-reads again and retries).  Together with the cycle number this makes a chunk
+attribute-level changes, bumps ``version`` and builds the event and its JSON;
+then one Lua script per batch writes every hash, appends to the streams and
+publishes, after checking that the version, epoch and cycle of each object are
+still the ones the worker read (if another worker wrote one, or noted a newer
+cycle on it, the worker reads again and retries).  The script decodes nothing:
+it compares those three fields and writes what it is given.  Together with the cycle number this makes a chunk
 safe to apply in any order and on retry:
 
 - a record from a cycle older than (or equal to) the stored one is ignored;
