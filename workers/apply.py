@@ -6,8 +6,8 @@ then one Lua script per batch writes every hash, appends to the streams and
 publishes, after checking that the version, epoch and cycle of each object are
 still the ones the worker read (if another worker wrote one, or noted a newer
 cycle on it, the worker reads again and retries).  The script decodes nothing:
-it compares those three fields and writes what it is given.  Together with the cycle number this makes a chunk
-safe to apply in any order and on retry:
+it compares those three fields and writes what it is given.  Together with
+the cycle number this makes a chunk safe to apply in any order and on retry:
 
 - a record from a cycle older than (or equal to) the stored one is ignored;
 - a job whose ``final`` event went out is never changed again;
