@@ -42,6 +42,7 @@ import copy
 import gzip
 import importlib
 import importlib.util
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,7 +150,9 @@ def applier_at(rev: str) -> type:
     package = importlib.util.module_from_spec(spec)
     sys.modules[name] = package
     spec.loader.exec_module(package)
-    return importlib.import_module(f"{name}.apply").Applier
+    applier = importlib.import_module(f"{name}.apply").Applier
+    shutil.rmtree(folder.parent)  # all it needs is imported (apply.py reads its script at import)
+    return applier
 
 
 def against(natives, chunk: int, rounds: int, rev: str) -> None:
