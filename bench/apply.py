@@ -1,18 +1,38 @@
 """How many changed jobs one worker applies per second into one Redis.
 
     python -m bench.apply [--jobs 20000] [--chunk 500] [--rounds 3] [--metrics | --compare]
+    python -m bench.apply --jobs 20000 --rounds 6 --against [REV]
+    python -m bench.apply --jobs 20000 --profile
 
 Starts its own redis-server on a free port.  Round 1 applies ``--jobs`` new jobs;
 each later round changes every one of them (a state change and new
 resources_used), so every item is a real diff with an event.  Measured twice:
 the apply function called directly (the worker's own cost), and through rq
 (collector's enqueue_many + one SimpleWorker in burst mode), which is what a
-site runs.  Target: >= 10,000 changed jobs/s.
+site runs.  Target: >= 10,000 changed jobs/s.  Beside each rate: Redis' own CPU
+time per applied change (``INFO cpu``, used_cpu_sys + used_cpu_user of
+redis-server, before and after), which a shared machine's load moves far less
+than the wall clock; every applied change here writes one event.
 
 ``--metrics``: the worker counts every chunk in its Prometheus series, as
 ``jobtap worker --metrics-port`` does.  ``--compare``: rounds of changes applied
 directly, alternately without and with metrics, on the same Redis; prints the
 median rate of each and their ratio (target: metrics cost under 5%).
+
+``--against REV``: the apply step of commit ``REV`` (its ``workers/`` package,
+taken from git into a temporary folder and imported under another name; by
+default the last commit with the old script, which decoded nothing but sent
+whatever it wrote through Lua with a table per item and checked no cycle)
+beside this tree's, on the same records, each on a redis-server of its own,
+rounds alternated ABBA.  Prints Redis CPU µs per change (``INFO cpu``) and
+changes/s of each side, and their ratio.  Needs a git checkout.
+
+``--profile``: where Redis' time goes in a round of changes: ``INFO
+commandstats`` per change (the script's own commands counted inside
+``evalsha``'s time too), then Redis' CPU for parts of that work sent on their
+own: the reads (HGETALL of every record), the scripts' arguments handed to a
+script that does nothing (what bringing them into Lua costs), and a round
+applied in full.
 """
 
 from __future__ import annotations
@@ -20,8 +40,15 @@ from __future__ import annotations
 import argparse
 import copy
 import gzip
+import importlib
+import importlib.util
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import orjson
 
@@ -37,6 +64,14 @@ from tests.support.paths import fixtures_dir
 
 SITE = "bench"
 FIXTURE = fixtures_dir() / "pbs" / "bench-5000.qstat-f.json.gz"
+# The last commit whose apply script received everything through Lua (see --against).
+BEFORE = "5954a2c"
+
+
+def redis_cpu(r) -> float:
+    """Seconds of CPU redis-server has used (system + user), from ``INFO cpu``."""
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
 def sample_natives(n: int) -> list[tuple[str, dict]]:
@@ -65,23 +100,98 @@ def records_for_round(natives, rnd: int, site: str = SITE) -> list[dict]:
     return items
 
 
-def apply_round(applier: Applier, natives, chunk: int, rnd: int) -> tuple[float, float]:
+def apply_round(applier, natives, chunk: int, rnd: int, r=None) -> tuple[float, float, float]:
     """Apply round ``rnd`` (cycle ``rnd + 1``) directly; return objects per second
-    of wall time and of this process's CPU time."""
+    of wall time and of this process's CPU time, and Redis' CPU µs per object
+    (if ``r``, the applier's Redis, is given; else 0)."""
     items = records_for_round(natives, rnd)
     payloads = [
         Chunk(SITE, rnd + 1, "2026-11-21T15:00:00+00:00", "job", list(part)).encode()
         for part in chunked(items, chunk)
     ]
+    s0 = redis_cpu(r) if r is not None else 0.0
     t0, c0 = time.perf_counter(), time.process_time()
     for p in payloads:
         applier.apply(Chunk.decode(p))
-    return len(items) / (time.perf_counter() - t0), len(items) / (time.process_time() - c0)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    server_us = 1e6 * (redis_cpu(r) - s0) / len(items) if r is not None else 0.0
+    return len(items) / wall, len(items) / cpu, server_us
 
 
-def bench_direct(r, natives, chunk: int, rounds: int, metrics: bool) -> list[float]:
+def bench_direct(r, natives, chunk: int, rounds: int, metrics: bool) -> list[tuple[float, float]]:
+    """(changes/s, Redis CPU µs per change) of each round."""
     applier = Applier(r, metrics=WorkerMetrics() if metrics else None)
-    return [apply_round(applier, natives, chunk, rnd)[0] for rnd in range(rounds)]
+    out = []
+    for rnd in range(rounds):
+        rate, _, server_us = apply_round(applier, natives, chunk, rnd, r)
+        out.append((rate, server_us))
+    return out
+
+
+def applier_at(rev: str) -> type:
+    """The ``Applier`` class of commit ``rev``: its ``workers/`` folder from git,
+    imported as a package of another name (its own script, diff and writes; the
+    SDK's contract, which both share, from this tree)."""
+    repo = Path(__file__).resolve().parent.parent
+    names = subprocess.run(["git", "-C", str(repo), "ls-tree", "--name-only", f"{rev}:workers"],
+                           check=True, capture_output=True, text=True).stdout.split()  # fmt: skip
+    name = f"jobtap_workers_{rev.replace('/', '_').replace('~', '_').replace('^', '_')}"
+    folder = Path(tempfile.mkdtemp(prefix="jobtap-bench-apply-")) / name
+    folder.mkdir()
+    for f in names:
+        if f.endswith((".py", ".lua")):
+            blob = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:workers/{f}"],
+                                  check=True, capture_output=True).stdout  # fmt: skip
+            (folder / f).write_bytes(blob)
+    spec = importlib.util.spec_from_file_location(
+        name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    applier = importlib.import_module(f"{name}.apply").Applier
+    shutil.rmtree(folder.parent)  # all it needs is imported (apply.py reads its script at import)
+    return applier
+
+
+def against(natives, chunk: int, rounds: int, rev: str) -> None:
+    """The apply step of ``rev`` and this tree's on the same records: each side on
+    a redis-server of its own (same streams, same hashes), a first round of new
+    jobs, then rounds of changes in ABBA order."""
+    sides = {"before": applier_at(rev), "after": Applier}
+    servers = {k: RedisServer().start() for k in sides}
+    try:
+        clients = {k: servers[k].client() for k in sides}
+        appliers = {k: cls(clients[k]) for k, cls in sides.items()}
+        results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
+        new = {k: apply_round(appliers[k], natives, chunk, 0, clients[k]) for k in sides}
+        # the same cycle on both sides: each round's records are made once per side
+        for i in range(2 * rounds):
+            order = ("before", "after") if (i // 2) % 2 == 0 else ("after", "before")
+            k = order[i % 2]
+            results[k].append(apply_round(appliers[k], natives, chunk, 1 + i // 2, clients[k]))
+        events = {k: clients[k].xlen(SiteKeys(SITE).events) for k in sides}
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA); "
+          f"before = {rev}, after = this tree")  # fmt: skip
+    print("side     new jobs: Redis µs/change  changes/s | changes: Redis µs/change (each round)"
+          "   median   changes/s median   worker CPU µs/change median")  # fmt: skip
+    med = {}
+    for k in sides:
+        server_us = [x for _, _, x in results[k]]
+        rates = [w for w, _, _ in results[k]]
+        worker_us = statistics.median(1e6 / c for _, c, _ in results[k])
+        med[k] = (statistics.median(server_us), statistics.median(rates))
+        print(f"{k:<7}  {new[k][2]:>26.1f} {new[k][0]:>10,.0f} | "
+              + " ".join(f"{x:.1f}" for x in server_us)
+              + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}   {worker_us:.1f}")  # fmt: skip
+    print(f"Redis CPU per change, before / after: {med['before'][0] / med['after'][0]:.2f}x "
+          f"(new jobs {new['before'][2] / new['after'][2]:.2f}x); changes/s after / before: "
+          f"{med['after'][1] / med['before'][1]:.2f}x")  # fmt: skip
+    print(f"events in each site stream: {events['before']:,} before, {events['after']:,} after")
 
 
 def hook_costs(r, chunk: int, calls: int = 2_000) -> tuple[float, float]:
@@ -107,7 +217,7 @@ def compare(r, natives, chunk: int, pairs: int) -> None:
     rates: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
     for i in range(2 * pairs):
         which = ("off", "on")[i % 2] if (i // 2) % 2 == 0 else ("on", "off")[i % 2]
-        rates[which].append(apply_round(off if which == "off" else on, natives, chunk, i + 1))
+        rates[which].append(apply_round(off if which == "off" else on, natives, chunk, i + 1)[:2])
     print(f"jobs per round: {len(natives)}, chunk size: {chunk}, {pairs} rounds each (ABBA)")
     med = {}
     for k in ("off", "on"):
@@ -128,16 +238,92 @@ def compare(r, natives, chunk: int, pairs: int) -> None:
     )
 
 
-def bench_rq(r, natives, chunk: int, rounds: int, first_cycle: int, metrics: bool) -> list[float]:
+def bench_rq(
+    r, natives, chunk: int, rounds: int, first_cycle: int, metrics: bool
+) -> list[tuple[float, float]]:
+    """(changes/s, Redis CPU µs per change) of each round; Redis' CPU counts rq's
+    own commands too (the queue is on the same server)."""
     shipper = Shipper(r, SiteKeys(SITE), chunk_size=chunk)
-    rates = []
+    out = []
     for rnd in range(rounds):
         items = records_for_round(natives, rnd + first_cycle)
         shipper.ship(first_cycle + rnd + 1, "2026-11-21T15:00:00+00:00", {("state", "job"): items})
-        t0 = time.perf_counter()
+        s0, t0 = redis_cpu(r), time.perf_counter()
         run_worker(r, r, SITE, burst=True, metrics=WorkerMetrics() if metrics else None)
-        rates.append(len(items) / (time.perf_counter() - t0))
-    return rates
+        wall = time.perf_counter() - t0
+        out.append((len(items) / wall, 1e6 * (redis_cpu(r) - s0) / len(items)))
+    return out
+
+
+def profile(natives, chunk: int) -> None:
+    """Where Redis' CPU goes in a round of changes (see the module's docstring)."""
+    server = RedisServer().start()
+    try:
+        r = server.client()
+        applier = Applier(r)
+        keys = SiteKeys(SITE)
+        apply_round(applier, natives, chunk, 0, r)
+        apply_round(applier, natives, chunk, 1, r)
+        n = len(natives)
+        # the script calls of round 3, planned but not sent
+        target = applier.targets.for_site(keys)
+        calls, plans, okeys, events, arg_bytes = [], [], [], 0, 0
+        for part in chunked(records_for_round(natives, 2), chunk):
+            c = Chunk(SITE, 3, "2026-11-21T15:00:00+00:00", "job", list(part))
+            reads = applier._read(target, keys, c)
+            okeys += [okey for _, _, okey, _ in reads]
+            for b in range(0, len(reads), applier.settings.batch):
+                plan = applier._plan(keys, c, reads[b : b + applier.settings.batch])
+                kargs, argv = applier._args(keys, c, plan)
+                calls.append((kargs, argv))
+                plans.append(plan)
+                events += sum(1 for item in plan.items if item.etype)
+                arg_bytes += sum(len(a) for a in (*kargs, *argv) if isinstance(a, bytes | str))
+        noop = r.script_load("return 0")
+
+        def cpu_of(send) -> float:
+            pipe = r.pipeline(transaction=False)
+            s0 = redis_cpu(r)
+            send(pipe)
+            pipe.execute()
+            return 1e6 * (redis_cpu(r) - s0) / n
+
+        reads_us = cpu_of(lambda p: [p.hgetall(k) for k in okeys])
+        args_us = cpu_of(lambda p: [p.evalsha(noop, len(k), *k, *a) for k, a in calls])
+        r.config_resetstat()
+        _, _, full_us = apply_round(applier, natives, chunk, 2, r)
+        stats = r.info("commandstats")
+
+        def plain(p) -> None:  # the same check and writes without a script (and unchecked)
+            s = applier.settings
+            for plan in plans:
+                for item in plan.items:
+                    p.hmget(item.key, "version", "epoch", "cycle")
+                    p.hset(item.key, mapping=item.fields)
+                    entry = {"id": item.eid, "type": item.etype, "event": item.json}
+                    p.xadd(keys.events, entry, maxlen=s.site_maxlen, approximate=True)  # type: ignore[arg-type]
+                    p.xadd(item.stream, entry, maxlen=s.user_maxlen, approximate=True)  # type: ignore[arg-type]
+                    p.publish(item.channel, item.json)
+                    p.publish(keys.all_channel, item.json)
+
+        plain_us = cpu_of(plain)
+    finally:
+        server.stop()
+    print(f"jobs: {n:,}, chunk size: {chunk}, batches of {applier.settings.batch}; a round of "
+          f"changes: {events:,} events, {arg_bytes / n:,.0f} bytes of script arguments "
+          f"per change")  # fmt: skip
+    print("INFO commandstats of that round (µs: time inside Redis, wall clock)")
+    print("command                 calls/change   µs/call   µs/change")
+    for name, st in sorted(stats.items(), key=lambda kv: -float(kv[1]["usec"])):
+        if float(st["usec"]) / n >= 0.05:
+            print(f"{name.removeprefix('cmdstat_'):<22} {st['calls'] / n:>13.2f} "
+                  f"{float(st['usec_per_call']):>9.1f} {float(st['usec']) / n:>11.2f}")  # fmt: skip
+    print("Redis CPU (INFO cpu) per change:")
+    print(f"  the whole round (reads, scripts, writes):           {full_us:6.1f} µs")
+    print(f"  its reads alone (HGETALL of each record):           {reads_us:6.1f} µs")
+    print(f"  its script arguments alone, to a script doing nothing: {args_us:6.1f} µs")
+    print(f"  its writes as plain pipelined commands (HMGET, HSET, 2 XADD, 2 PUBLISH; no"
+          f" script, nothing checked): {plain_us:.1f} µs")  # fmt: skip
 
 
 def main() -> None:
@@ -147,15 +333,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--metrics", action="store_true", help="count in Prometheus series")
     ap.add_argument("--compare", action="store_true", help="metrics off and on, alternated")
+    ap.add_argument("--profile", action="store_true", help="where Redis' CPU goes")
+    ap.add_argument("--against", nargs="?", const=BEFORE, metavar="REV",
+                    help=f"commit REV's apply step beside this one (default {BEFORE})")  # fmt: skip
     args = ap.parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING)
+    natives = sample_natives(args.jobs)
+    tune_gc()  # what `jobtap worker` does at start; also keeps the bench's own data out of GC
+    if args.against:
+        against(natives, args.chunk, args.rounds, args.against)
+        return
+    if args.profile:
+        profile(natives, args.chunk)
+        return
     server = RedisServer().start()
     try:
         r = server.client()
-        natives = sample_natives(args.jobs)
-        tune_gc()  # what `jobtap worker` does at start; also keeps the bench's own data out of GC
         if args.compare:
             compare(r, natives, args.chunk, max(3, args.rounds))
             return
@@ -163,16 +358,23 @@ def main() -> None:
         via_rq = bench_rq(r, natives, args.chunk, args.rounds, args.rounds, args.metrics)
         print(f"jobs per round: {args.jobs}, chunk size: {args.chunk}, redis-server on one core,"
               f" metrics {'on' if args.metrics else 'off'}")  # fmt: skip
-        print("round  kind                     direct apply/s   through rq/s")
-        for i, (d, q) in enumerate(zip(direct, via_rq)):
+        print("round  kind                     direct apply/s (Redis µs/change)"
+              "  through rq/s (Redis µs)")  # fmt: skip
+        for i, ((d, d_us), (q, q_us)) in enumerate(zip(direct, via_rq)):
             kind = "new jobs" if i == 0 else "state+usage changes"
-            print(f"{i + 1:>5}  {kind:<24} {d:>14,.0f} {q:>14,.0f}")
+            print(f"{i + 1:>5}  {kind:<24} {d:>14,.0f} ({d_us:>5.1f})  {q:>14,.0f} ({q_us:>5.1f})")
         changed = direct[1:] or direct
-        direct_mean = sum(changed) / len(changed)
-        rq_mean = sum(via_rq) / len(via_rq)
-        print(f"changed jobs/s (direct, mean of changed rounds): {direct_mean:,.0f}")
-        print(f"changed jobs/s (through rq, mean):               {rq_mean:,.0f}")
+        direct_mean = sum(d for d, _ in changed) / len(changed)
+        direct_us = statistics.median(x for _, x in changed)
+        rq_mean = sum(q for q, _ in via_rq) / len(via_rq)
+        rq_us = statistics.median(x for _, x in via_rq)
+        print(f"changed jobs/s (direct, mean of changed rounds): {direct_mean:,.0f}; "
+              f"Redis CPU {direct_us:.1f} µs per change (median)")  # fmt: skip
+        print(f"changed jobs/s (through rq, mean):               {rq_mean:,.0f}; "
+              f"Redis CPU {rq_us:.1f} µs per change (median)")  # fmt: skip
         print(f"ratio to the 10,000/s target (through rq):       {rq_mean / 10_000:.2f}x")
+        print(f"Redis alone at that CPU cost could take about {1e6 / rq_us:,.0f} changes/s "
+              f"(one core, nothing else on it)")  # fmt: skip
         print(f"events in the site stream: {r.xlen(SiteKeys(SITE).events):,}")
     finally:
         server.stop()

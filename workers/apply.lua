@@ -1,5 +1,10 @@
--- Apply one chunk of changes atomically (see workers/apply.py for the layout).
+-- Apply one batch of changes atomically (see workers/apply.py for the layout).
 -- Run with epoch.lua in front (it defines ensure_epoch).
+--
+-- The worker made everything already: the hash fields, the event and its JSON,
+-- the channels.  This script only checks and writes; it reads three fields of
+-- each object and decodes or encodes nothing (every byte handed to a script is
+-- hashed by Lua on its way in, so nothing is sent that is not written).
 --
 -- KEYS[1] site events stream, KEYS[2] owner hash, KEYS[3] fingerprints hash,
 -- KEYS[4] expiry zset, KEYS[5] meta hash; then three keys per item: object
@@ -10,14 +15,14 @@
 -- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
 -- new epoch name and time (epoch.py: epoch_args), then publish (PUBLISH, or
 -- SPUBLISH on a Redis Cluster: sharded channels, which share the site's slot),
--- then per item 12 header values and 2*nfields field/value strings.
+-- then per item HEADER values (below) and 2*nfields field/value strings.
 --
 -- Check first, write after: if the site's epoch is not the one the worker made
--- the events for (a new one began: Redis lost data), or any object's version
--- and epoch are not the ones the worker read, nothing is written and the worker
--- re-reads and retries.
+-- the events for (a new one began: Redis lost data), or any object's version,
+-- epoch and cycle are not the ones the worker read (another worker wrote it,
+-- or noted a newer cycle), nothing is written and the worker re-reads and
+-- retries.
 
-local cycle = ARGV[1]
 local now_ms = tonumber(ARGV[2])
 local site_maxlen = ARGV[3]
 local user_maxlen = ARGV[4]
@@ -26,83 +31,90 @@ local min_id = ARGV[6]
 local all_channel = ARGV[7]
 local n = tonumber(ARGV[8])
 local publish = ARGV[14]
-local HEADER = 12
+local FIRST = 15
 local FIRST_KEY = 5
+-- per item: op, version, epoch, cycle (the three as read; version '' for an
+-- object not stored), oid, user, channel, event id, event type, event JSON,
+-- fingerprint field, fingerprint value, final, nfields
+local HEADER = 14
 
 local now_epoch = ensure_epoch(KEYS[5], tonumber(ARGV[10]), ARGV[11] == '1', ARGV[12], ARGV[13])
 if now_epoch[1] ~= ARGV[9] then
   return {'epoch', now_epoch[1]}
 end
 
--- pass 1: locate items and check versions
-local items = {}
-local pos = 15
+-- pass 1: check every object against what the worker read
+local starts = {}
+local pos = FIRST
 for i = 1, n do
-  local it = {
-    op = ARGV[pos], expected = ARGV[pos + 1], oid = ARGV[pos + 2], user = ARGV[pos + 3],
-    channel = ARGV[pos + 4], eid = ARGV[pos + 5], etype = ARGV[pos + 6], json = ARGV[pos + 7],
-    fp_field = ARGV[pos + 8], fp_value = ARGV[pos + 9], final = ARGV[pos + 10],
-    nfields = tonumber(ARGV[pos + 11]), first = pos + HEADER,
-    key = KEYS[FIRST_KEY + (i - 1) * 3 + 1], set = KEYS[FIRST_KEY + (i - 1) * 3 + 2],
-    stream = KEYS[FIRST_KEY + (i - 1) * 3 + 3],
-  }
-  local stored = redis.call('HMGET', it.key, 'version', 'epoch')
-  local seen = ''
-  if stored[1] then
-    seen = stored[1] .. ':' .. (stored[2] or '')
-  end
-  if seen ~= it.expected then
+  local stored = redis.call('HMGET', KEYS[FIRST_KEY + 3 * i - 2], 'version', 'epoch', 'cycle')
+  local version = ARGV[pos + 1]
+  if version == '' then
+    if stored[1] then
+      return {'conflict', i}
+    end
+  elseif stored[1] ~= version or (stored[2] or '') ~= ARGV[pos + 2]
+      or (stored[3] or '') ~= ARGV[pos + 3] then
     return {'conflict', i}
   end
-  items[i] = it
-  pos = pos + HEADER + 2 * it.nfields
+  starts[i] = pos
+  pos = pos + HEADER + 2 * tonumber(ARGV[pos + 13])
 end
 
 -- pass 2: write
 local events = 0
 local trimmed = {}
 local fp_set, fp_del, owners = {}, {}, {}
+local expires_at = math.floor(now_ms / 1000) + ttl
 for i = 1, n do
-  local it = items[i]
-  local is_new = it.expected == ''
-  if it.op == 'remove' then
-    redis.call('DEL', it.key)
-    redis.call('SREM', it.set, it.oid)
-  elseif it.nfields > 0 then
-    redis.call('HSET', it.key, unpack(ARGV, it.first, it.first + 2 * it.nfields - 1))
+  local p = starts[i]
+  local op, oid, etype, nfields = ARGV[p], ARGV[p + 4], ARGV[p + 8], tonumber(ARGV[p + 13])
+  local key = KEYS[FIRST_KEY + 3 * i - 2]
+  local set = KEYS[FIRST_KEY + 3 * i - 1]
+  local stream = KEYS[FIRST_KEY + 3 * i]
+  if op == 'remove' then
+    redis.call('DEL', key)
+    redis.call('SREM', set, oid)
+  elseif nfields > 0 then
+    redis.call('HSET', key, unpack(ARGV, p + HEADER, p + HEADER + 2 * nfields - 1))
   end
-  if it.etype ~= '' then
+  if etype ~= '' then
+    local eid, json = ARGV[p + 7], ARGV[p + 9]
     events = events + 1
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', it.eid, 'type', it.etype, 'event', it.json)
-    if it.stream ~= KEYS[1] then
-      redis.call('XADD', it.stream, 'MAXLEN', '~', user_maxlen, '*', 'id', it.eid, 'type', it.etype, 'event', it.json)
-      if min_id ~= '' and not trimmed[it.stream] then
-        trimmed[it.stream] = true
-        redis.call('XTRIM', it.stream, 'MINID', '~', min_id)
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+    if stream ~= KEYS[1] then
+      redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+      if min_id ~= '' and not trimmed[stream] then
+        trimmed[stream] = true
+        redis.call('XTRIM', stream, 'MINID', '~', min_id)
       end
     end
-    redis.call(publish, it.channel, it.json)
-    redis.call(publish, all_channel, it.json)
-    if it.op ~= 'remove' then
-      if is_new and it.user ~= '' then
-        owners[#owners + 1] = it.oid
-        owners[#owners + 1] = it.user
+    redis.call(publish, ARGV[p + 6], json)
+    redis.call(publish, all_channel, json)
+    if op ~= 'remove' then
+      local is_new = ARGV[p + 1] == ''
+      local user = ARGV[p + 5]
+      if is_new and user ~= '' then
+        owners[#owners + 1] = oid
+        owners[#owners + 1] = user
       end
-      if it.final == '1' then
-        redis.call('SREM', it.set, it.oid)
-        redis.call('EXPIRE', it.key, ttl)
-        redis.call('ZADD', KEYS[4], math.floor(now_ms / 1000) + ttl, it.oid)
+      if ARGV[p + 12] == '1' then
+        redis.call('SREM', set, oid)
+        redis.call('EXPIRE', key, ttl)
+        redis.call('ZADD', KEYS[4], expires_at, oid)
       elseif is_new then
-        redis.call('SADD', it.set, it.oid)
+        redis.call('SADD', set, oid)
       end
     end
   end
-  if it.fp_field ~= '' then
-    if it.fp_value ~= '' then
-      fp_set[#fp_set + 1] = it.fp_field
-      fp_set[#fp_set + 1] = it.fp_value
+  local fp_field = ARGV[p + 10]
+  if fp_field ~= '' then
+    local fp_value = ARGV[p + 11]
+    if fp_value ~= '' then
+      fp_set[#fp_set + 1] = fp_field
+      fp_set[#fp_set + 1] = fp_value
     else
-      fp_del[#fp_del + 1] = it.fp_field
+      fp_del[#fp_del + 1] = fp_field
     end
   end
 end

@@ -1,11 +1,13 @@
 """The rq job: apply one chunk shipped by the collector.
 
 For each object of the chunk the worker reads the stored record, computes the
-attribute-level changes, bumps ``version`` and builds the event; then one Lua
-script writes every hash, appends to the streams and publishes, after checking
-that no other worker touched those objects in between (if one did, the worker
-reads again and retries).  Together with the cycle number this makes a chunk
-safe to apply in any order and on retry:
+attribute-level changes, bumps ``version`` and builds the event and its JSON;
+then one Lua script per batch writes every hash, appends to the streams and
+publishes, after checking that the version, epoch and cycle of each object are
+still the ones the worker read (if another worker wrote one, or noted a newer
+cycle on it, the worker reads again and retries).  The script decodes nothing:
+it compares those three fields and writes what it is given.  Together with
+the cycle number this makes a chunk safe to apply in any order and on retry:
 
 - a record from a cycle older than (or equal to) the stored one is ignored;
 - a job whose ``final`` event went out is never changed again;
@@ -372,7 +374,7 @@ class Applier:
         state = new.get("state", "")
         final = kind == JOB and (state in TERMINAL or op == VANISHED)
         fields = _fields_to_write(chunk, op, stored, new, changes, version, final)
-        if fields:
+        if fields and stored.get("epoch") != epoch:  # the epoch this version counts in
             fields["epoch"] = epoch
         w = _Write(keys, chunk, it, user, okey, live, state, epoch, expected)
         if final and not stored:  # ended before it was ever seen: new, then final
@@ -446,7 +448,7 @@ class Applier:
             kargs += [item.key, item.index, item.stream]
             argv += [
                 item.op,
-                item.expected,
+                *item.expected,
                 item.oid,
                 item.user,
                 item.channel,
@@ -475,13 +477,13 @@ class _Write:
     live: bool
     state: str
     epoch: str
-    expected: str  # the identity read (version:epoch), which the script checks
+    expected: tuple[str, str, str]  # version, epoch and cycle read: the script checks them
 
 
 @dataclass(slots=True)
 class _Item:
     op: str
-    expected: str
+    expected: tuple[str, str, str]
     oid: str
     user: str
     channel: str
@@ -525,12 +527,15 @@ def _log_retry(state) -> None:
     )  # fmt: skip
 
 
-def _identity(stored: dict[str, str]) -> str:
-    """What the script checks is unchanged before writing: ``version:epoch``
-    ('' for an object not stored)."""
+def _identity(stored: dict[str, str]) -> tuple[str, str, str]:
+    """What the script checks is unchanged before writing: the ``version``,
+    ``epoch`` and ``cycle`` read (version '' for an object not stored).  The
+    cycle is in it because a record equal to the stored one writes only its
+    cycle: a worker that read before that must not write an older record over
+    it."""
     if not stored.get("version"):
-        return ""
-    return f"{stored['version']}:{stored.get('epoch', '')}"
+        return ("", "", "")
+    return (stored["version"], stored.get("epoch", ""), stored.get("cycle", ""))
 
 
 def _stale(chunk: Chunk, it: Item, stored: dict[str, str]) -> bool:

@@ -159,6 +159,24 @@ def test_conflicting_writer_is_detected_and_retried(r):
     assert [e["version"] for e in events(r)] == [1, 2]
 
 
+def test_a_newer_cycle_noted_meanwhile_is_a_conflict(r):
+    """Another worker applied cycle 3 with the record unchanged: it wrote only
+    the cycle, no version.  A plan of cycle 2 read before that must not write
+    its older record over it: the script checks the cycle read, too."""
+    a = Applier(r)
+    a.apply(chunk(1, [up(job())]))
+    c2 = chunk(2, [up(job(comment="x"))])
+    target = a.targets.for_site(K)
+    plan = a._plan(K, c2, a._read(target, K, c2))
+    a.apply(chunk(3, [up(job())]))  # same record: the cycle is noted, nothing else
+    assert r.hget(K.job("alice", "1.pbs"), "version") == b"1"
+    assert a._run(target, K, chunk(2, []), plan)[0] == b"conflict"
+    a.apply(c2)  # the real path re-reads, and cycle 2 is now older: skipped
+    assert [e["version"] for e in events(r)] == [1]
+    assert r.hget(K.job("alice", "1.pbs"), "comment") in (b"", None)
+    assert r.hget(K.job("alice", "1.pbs"), "cycle") == b"3"
+
+
 def test_nodes_new_update_and_removed(r):
     a = Applier(r)
     node = {
