@@ -58,3 +58,33 @@ def test_wait_replicas_follows_the_url_and_the_option(queues, redis_server):
     set_wait_replicas(plain, 2)
     assert (wait_replicas(queues), wait_replicas(plain)) == (0, 2)
     plain.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_collector_command_waits_for_a_replica_unless_told_not_to(
+    sentinel, redis_server, tmp_path
+):
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "jobtap.cli", "collector", "--backend", "sim", "--once",
+            "--sim-jobs", "20", "--redis", redis_server.url,
+            "--queue-redis", sentinel.url]  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "JOBTAP_CREDENTIALS": "/nonexistent"}
+    for node in sentinel.replicas:
+        sentinel.pause(node)
+    try:
+        waited = subprocess.run(
+            [*base, "--state-dir", str(tmp_path / "a")], capture_output=True, text=True, env=env
+        )
+        told = subprocess.run(
+            [*base, "--queue-wait-replicas", "0", "--state-dir", str(tmp_path / "b")],
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+    finally:
+        for node in sentinel.replicas:
+            sentinel.resume(node)
+    assert waited.returncode == 1, waited.stderr
+    assert "acknowledged by 0 of the 1 queue replica(s)" in waited.stderr
+    assert told.returncode == 0, told.stderr
+    assert "--queue-wait-replicas 0: a chunk shipped just before" in told.stderr

@@ -65,3 +65,16 @@ def test_a_wrong_form_is_one_line(url, says):
 def test_passwords_stay_out_of_messages():
     url = "redis+sentinel://writer:pw@h:1,k:2/queues?sentinel_password=spw"
     assert safe_url(url) == "redis+sentinel://writer:***@h:1,k:2/queues?sentinel_password=***"
+
+
+def test_a_clone_reaches_the_same_service_with_a_pool_of_its_own():
+    from jobtap.connection import clone
+
+    client = redis_from_url("redis+sentinel://h:1,k:2/queues/3", socket_timeout=2)
+    twin = clone(client, socket_timeout=7)
+    pool = twin.connection_pool
+    assert is_sentinel(twin) and sentinel_service(twin) == "queues"
+    assert pool is not client.connection_pool
+    assert pool.sentinel_manager is client.connection_pool.sentinel_manager
+    assert pool.connection_kwargs["db"] == 3 and pool.connection_kwargs["socket_timeout"] == 7
+    assert pool.connection_kwargs["connection_pool"] is pool.proxy
