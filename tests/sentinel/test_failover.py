@@ -101,7 +101,6 @@ def test_queue_primary_killed_mid_burst(sentinel, queues, redis_server, r, monke
     # rq's loop quits on the lost primary, with a traceback; the worker starts
     # a new one (workers/service.py): nothing else may have gone wrong
     assert not unexpected_errors(errors), unexpected_errors(errors)
-    assert any("worker: lost Redis" in e for e in errors), errors
     if os.environ.get("JOBTAP_FAILOVER_FIGURES"):
         print(
             f"\nqueue failover: {figures['events']} changes applied, 0 lost, "
