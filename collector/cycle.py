@@ -67,7 +67,7 @@ MAX_BAD_REPORTED = 20
 # The scheduler's read costs are sampled at each reconciliation, and between
 # them at most every COSTS_EVERY intervals, once SAMPLE_AFTER jobs were read
 # one by one (or a listing made) since: often in a burst, never when quiet.
-COSTS_EVERY = 2
+COSTS_EVERY = 30  # sdiag costs slurmctld up to 5 ms when busy: about a listing
 SAMPLE_AFTER = 5
 HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
 
@@ -722,8 +722,6 @@ class Collector:
         self._sample_costs(force=True)
         if not self._reads_measured():
             self.plan.reads.learn(LISTING, time.perf_counter() - t0)
-        if self.plan.pushed:
-            self.plan.reads.spend(LISTING, 0)  # this interval's listing, as far as pokes go
         with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed, vanished = compare(seen, fps)

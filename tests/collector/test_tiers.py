@@ -410,6 +410,7 @@ def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
     drain(r, SITE)
     budget = col.plan.reads
     assert budget.listing is not None
+    budget.single_share = 0.0  # priced as measured
     budget.listing, budget.single = 1.0, 0.1  # a listing is worth ten single reads
     jobs = queued_jobs(backend, 30)
     for job in jobs:
@@ -429,3 +430,15 @@ def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
         assert [e["changes"].get("comment") for e in job_events(r, job)][-1][1] == "poked"
     polled = collector(r, CountingSim(seed=10, nodes=10, jobs=100, tick=0), pushed=False)
     assert polled.refresh_delay(jobs) == 0.0
+
+
+def test_a_single_read_is_priced_at_least_a_share_of_a_listing():
+    """Reads that follow a job's start or end cost the scheduler more than
+    their average: priced at half a listing at least, two poked jobs are read
+    by one listing, one on its own."""
+    budget = ReadBudget(interval=2.0, single_share=0.5, clock=Clock())
+    budget.learn(LISTING, 0.010)
+    budget.learn(SINGLES, 0.0005)
+    assert budget.cost(SINGLES, 1) == pytest.approx(0.005)
+    assert budget.choose(1) == (SINGLES, 0.0)
+    assert budget.cheaper(3) == LISTING
