@@ -42,6 +42,7 @@ from .backends.base import (
     Probe,
     ProbeUnavailable,
     Record,
+    RecordsAtHand,
     StatError,
     check_object_id,
 )
@@ -70,6 +71,9 @@ MAX_BAD_REPORTED = 20
 COSTS_EVERY = 30  # sdiag costs slurmctld up to 5 ms when busy: about a listing
 SAMPLE_AFTER = 5
 HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
+# A finished job forgotten (gone from the live list) is looked up again after a
+# Redis loss for this long: its final may have been in a chunk the loss took.
+FORGOTTEN_KEEP_S = 600.0
 
 
 @runtime_checkable
@@ -320,6 +324,10 @@ class Collector:
         self.max_history_window = float(max_history_window)
         self.window_start: float | None = None
         self.recent_finals: dict[str, float] = {}
+        # Finished jobs forgotten once gone from the live list, with when
+        # (monotonic): their final may still wait in a queue that Redis loses
+        # with the rest, so resume_after_loss looks them up again.
+        self.forgotten: dict[str, float] = {}
         # What reads cost: from the scheduler's figures (MeasuresReads), sampled
         # at most once an interval, else from wall time (plan.ReadBudget).
         self._costs_at: float | None = None
@@ -368,6 +376,12 @@ class Collector:
             now = self.tracker.of(kind)
             for oid in known.of(kind).keys() - now.keys():
                 now[oid] = Seen("", "")
+        # Jobs forgotten lately: the chunk with their final may have been lost
+        # before a worker applied it (the queue lives in the same Redis).
+        jobs = self.tracker.of(JOB)
+        for oid in self.forgotten.keys() - jobs.keys():
+            jobs[oid] = Seen("", "")
+        self.forgotten.clear()
 
     def next_cycle(self) -> int:
         """The next cycle number: persisted in ``meta``, monotonic even if Redis
@@ -455,9 +469,18 @@ class Collector:
         backend = self.backend
         return backend.reads_singly() if isinstance(backend, MeasuresReads) else True
 
+    def _at_hand(self, ids: list[str]) -> bool:
+        """Does the backend hold every one of these records already (Flux's
+        journal), so that reading them costs the scheduler nothing?"""
+        backend = self.backend
+        return isinstance(backend, RecordsAtHand) and len(backend.at_hand(ids)) == len(ids)
+
     def _read_mode(self, ids: list[str]) -> str:
         """Read these jobs one by one (``stat_some``) or from one listing: in a
-        pushed plan as the read budget says, otherwise whichever is cheaper."""
+        pushed plan as the read budget says, otherwise whichever is cheaper;
+        records already at hand one by one, at no cost."""
+        if self._at_hand(ids):
+            return SINGLES
         if not self.plan.pushed:  # only where the scheduler's own figures say so
             if not isinstance(self.backend, MeasuresReads):
                 return SINGLES
@@ -470,7 +493,8 @@ class Collector:
         """The records of poked jobs: each on its own, or from one full listing
         (and history for those it no longer lists), learning what it cost."""
         reads = self.plan.reads
-        if self.plan.pushed:  # taken as the read starts: the bucket refills meanwhile
+        free = self._at_hand(ids)  # built from what the backend holds: no read at all
+        if self.plan.pushed and not free:  # taken as the read starts: the bucket refills
             reads.spend(how, len(ids))
         t0 = time.perf_counter()
         if how == SINGLES:
@@ -484,6 +508,8 @@ class Collector:
                     natives.update(self.backend.history(gone))
                 except StatError as exc:  # left to the next reconciliation
                     log.warning("refresh: history of %d poked jobs failed: %s", len(gone), exc)
+        if free:
+            return natives
         if not self._reads_measured():
             reads.learn(how, time.perf_counter() - t0, len(ids))
         self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
@@ -586,9 +612,14 @@ class Collector:
     ) -> None:
         seen, watch = self._seen(JOB), self.nodewatch
         seen.update(new_seen)
+        now = time.monotonic()
         for oid in drop:
             seen.pop(oid, None)
             watch.job_nodes.pop(oid, None)
+            self.forgotten[oid] = now
+        if drop:
+            kept = now - FORGOTTEN_KEEP_S
+            self.forgotten = {j: t for j, t in self.forgotten.items() if t >= kept}
         for jid, rec in records.items():
             watch.note(jid, rec)
 
