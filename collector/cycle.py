@@ -18,7 +18,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -69,7 +69,8 @@ MAX_BAD_REPORTED = 20
 # one by one (or a listing made) since: often in a burst, never when quiet.
 COSTS_EVERY = 30  # sdiag costs slurmctld up to 5 ms when busy: about a listing
 SAMPLE_AFTER = 5
-HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
+HISTORY_WINDOW = "history_window"
+MAX_POKED_FINALS = 100_000  # meta: wall-clock start of the last reconciliation
 
 
 @runtime_checkable
@@ -320,6 +321,9 @@ class Collector:
         self.max_history_window = float(max_history_window)
         self.window_start: float | None = None
         self.recent_finals: dict[str, float] = {}
+        # Jobs whose final came from a poke's record, oldest first (see
+        # _not_after_poked_final); forgotten with the job.
+        self.poked_finals: dict[str, None] = {}
         # What reads cost: from the scheduler's figures (MeasuresReads), sampled
         # at most once an interval, else from wall time (plan.ReadBudget).
         self._costs_at: float | None = None
@@ -405,10 +409,14 @@ class Collector:
         self.cycles_run += 1
         return report
 
-    def refresh(self, job_ids: Iterable[str]) -> CycleReport:
+    def refresh(
+        self, job_ids: Iterable[str], given: Mapping[str, Native] | None = None
+    ) -> CycleReport:
         """Follow mode's targeted refresh: stat just these jobs and ship what
         changed, through the same fingerprint/normalise/ship steps as a full
         cycle (so a later full cycle finds nothing new and ids never repeat).
+        ``given``: native records the pokes brought (PBS's jobobit hook), as
+        the scheduler's listing prints them; those jobs are not stat'ed.
 
         Ids the scheduler does not know are ignored: a poke for an unknown or
         vanished job is harmless, and the next full cycle deals with vanished
@@ -416,29 +424,60 @@ class Collector:
         if self.tracker is None:
             self.load()
         seen = self._seen(JOB)
+        given = given or {}
         ids = self._poked_ids(job_ids)
         report = self._new_report()
         if not ids:
             return report
-        how = self._read_mode(ids)
-        try:
-            with self._watch(report, "stat"):
-                natives = self._poked_records(ids, how)
-        except StatError as exc:
-            raise CycleFailed(str(exc)) from exc
+        natives = {j: given[j] for j in ids if j in given}
+        rest = [j for j in ids if j not in natives]
+        if rest:
+            how = self._read_mode(rest)
+            try:
+                with self._watch(report, "stat"):
+                    natives.update(self._poked_records(rest, how))
+            except StatError as exc:
+                raise CycleFailed(str(exc)) from exc
+            report.counts[f"read_{how}"] = 1
         natives = {j: natives[j] for j in ids if j in natives}
         fps = fingerprint_all(natives)
         changed = [j for j, fp in fps.items() if (x := seen.get(j)) is None or x.fingerprint != fp]
+        changed = self._not_after_poked_final(changed, report)
         report.counts.update(poked=len(ids), jobs=len(natives), changed=len(changed))
-        report.counts[f"read_{how}"] = 1
+        if given:
+            report.counts["from_poke"] = len(ids) - len(rest)
         records = self._normalise_jobs(natives, changed, report, self.nodewatch.bad)
         state_items, update_items, new_seen = classify(changed, fps, records, seen, set(), report)
         shipment = Shipment()
         shipment.add(STATE, JOB, state_items)
         shipment.add(UPDATE, JOB, update_items)
         shipment.then(lambda: self._remember_jobs(new_seen, records, drop=()))
+        finals = [j for j in natives if j in given and records.get(j, {}).get("state") in TERMINAL]
+        if finals:
+            shipment.then(lambda: self._note_poked_finals(finals))
         self._ship(report, shipment)
         return report
+
+    # -- finals shipped from a poke's record ------------------------------------------
+    def _note_poked_finals(self, ids: list[str]) -> None:
+        for jid in ids:
+            self.poked_finals[jid] = None
+        while len(self.poked_finals) > MAX_POKED_FINALS:
+            del self.poked_finals[next(iter(self.poked_finals))]
+
+    def _not_after_poked_final(self, changed: list[str], report: CycleReport) -> list[str]:
+        """``changed`` less the jobs whose final was shipped from a poke's record
+        (PBS's jobobit hook, which builds the record qstat will print).  A
+        final is the last thing applied to a job (the worker writes nothing
+        after it), so a later listing that prints it otherwise (a time one
+        second off, a subjob turned from X to F when its array ended) must not
+        ship it again."""
+        if not self.poked_finals:
+            return changed
+        kept = [j for j in changed if j not in self.poked_finals]
+        if len(kept) < len(changed):
+            report.add("poked_final_unchanged", len(changed) - len(kept))
+        return kept
 
     # -- what reading poked jobs costs (pushed plans: plan.ReadBudget) ---------------
     def refresh_delay(self, job_ids: Collection[str]) -> float:
@@ -589,6 +628,7 @@ class Collector:
         for oid in drop:
             seen.pop(oid, None)
             watch.job_nodes.pop(oid, None)
+            self.poked_finals.pop(oid, None)
         for jid, rec in records.items():
             watch.note(jid, rec)
 
@@ -698,7 +738,9 @@ class Collector:
         just went bad or came back (their reason changes although the
         scheduler's record of them did not)."""
         seen = self._seen(JOB)
+        changed = self._not_after_poked_final(changed, report)
         nodes_moved = {j for j in self.nodewatch.jobs_on(delta) if j in natives} - set(changed)
+        nodes_moved -= self.poked_finals.keys()
         if nodes_moved:
             changed = changed + sorted(nodes_moved)
             report.add("node_reason", len(nodes_moved))

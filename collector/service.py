@@ -36,7 +36,7 @@ from jobtap.schema import EXITING, JOB, TERMINAL
 from jobtap.workers.epoch import CAUSES, EpochGuard
 
 from . import plan
-from .backends.base import EventFeed, RecordsAtHand
+from .backends.base import EventFeed, Native, RecordsAtHand, RecordsInPokes
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 from .hoststate import HostState
@@ -288,6 +288,11 @@ class CollectorService:
         assert self.pokes is not None
         ids = self.pokes.take(self.max_refresh)
         backend = self.collector.backend
+        given = self.poked_records(ids)
+        if given:  # records the pokes brought (PBS's jobobit hook): no scheduler command
+            rest = [j for j in ids if j not in given]
+            done = self.refresh_now(list(given), given)
+            return done & self.refresh_now(rest) if rest else done
         if isinstance(backend, RecordsAtHand):
             quick = backend.at_hand(ids)
             if quick and len(quick) < len(ids):
@@ -295,11 +300,29 @@ class CollectorService:
                 return self.refresh_now(quick) & self.refresh_now(rest)
         return self.refresh_now(ids)
 
-    def refresh_now(self, ids: list[str]) -> bool:
+    def poked_records(self, ids: list[str]) -> dict[str, Native]:
+        """The records among ``ids``' pokes that the backend accepts as they are
+        (:class:`RecordsInPokes`); the others are asked of the scheduler."""
+        assert self.pokes is not None
+        held = self.pokes.records
+        if not held:
+            return {}
+        raw = {j: held.pop(j) for j in ids if j in held}
+        backend = self.collector.backend
+        if not isinstance(backend, RecordsInPokes):
+            return {}
+        given = {}
+        for jid, data in raw.items():
+            native = backend.poked_record(jid, data)
+            if native is not None:
+                given[jid] = native
+        return given
+
+    def refresh_now(self, ids: list[str], given: dict[str, Native] | None = None) -> bool:
         assert self.pokes is not None
         t0 = time.perf_counter()
         try:
-            report = self.collector.refresh(ids)
+            report = self.collector.refresh(ids, given)
             self.state.save(self.epoch, report.cycle)
             self.plan_rechecks(ids)
         except (CycleFailed, redis.RedisError) as exc:
