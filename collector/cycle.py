@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -304,6 +305,7 @@ class Collector:
         self.job_nodes_known = self.node_states_known = False
         self.cycles_run = 0
         self.last_cycle = 0
+        self._cycle_lock = threading.Lock()
         # Checked once: does this scheduler spell job ids in several ways, can it
         # say cheaply what changed, does it count what its commands cost?
         self.canonical_id = backend.canonical_id if isinstance(backend, CanonicalIds) else None
@@ -376,12 +378,13 @@ class Collector:
     def next_cycle(self) -> int:
         """The next cycle number: persisted in ``meta``, monotonic even if Redis
         lost it (chunks of older cycles may still sit in a separate queue Redis)."""
-        cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
-        if cycle <= self.last_cycle:
-            cycle = self.last_cycle + 1
-            self.redis.hset(self.keys.meta, "cycle", cycle)
-        self.last_cycle = cycle
-        return cycle
+        with self._cycle_lock:  # a refresh may run beside a cycle (service._run_cycle)
+            cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
+            if cycle <= self.last_cycle:
+                cycle = self.last_cycle + 1
+                self.redis.hset(self.keys.meta, "cycle", cycle)
+            self.last_cycle = cycle
+            return cycle
 
     # -- one cycle ----------------------------------------------------------------
     def run_cycle(self, *, with_nodes: bool | None = None, tier: str | None = None) -> CycleReport:
@@ -410,13 +413,20 @@ class Collector:
         return report
 
     def refresh(
-        self, job_ids: Iterable[str], given: Mapping[str, Native] | None = None
+        self,
+        job_ids: Iterable[str],
+        given: Mapping[str, Native] | None = None,
+        *,
+        deferred: list[Callable[[], None]] | None = None,
     ) -> CycleReport:
         """Follow mode's targeted refresh: stat just these jobs and ship what
         changed, through the same fingerprint/normalise/ship steps as a full
         cycle (so a later full cycle finds nothing new and ids never repeat).
         ``given``: native records the pokes brought (PBS's jobobit hook), as
         the scheduler's listing prints them; those jobs are not stat'ed.
+        ``deferred``: while a cycle runs in another thread, what is remembered
+        of the shipped jobs is appended there, to be done after the cycle
+        (the cycle owns the tracker until it ends).
 
         Ids the scheduler does not know are ignored: a poke for an unknown or
         vanished job is harmless, and the next full cycle deals with vanished
@@ -455,7 +465,7 @@ class Collector:
         finals = [j for j in natives if j in given and records.get(j, {}).get("state") in TERMINAL]
         if finals:
             shipment.then(lambda: self._note_poked_finals(finals))
-        self._ship(report, shipment)
+        self._ship(report, shipment, deferred)
         return report
 
     # -- finals shipped from a poke's record ------------------------------------------
@@ -590,9 +600,14 @@ class Collector:
                 continue
         return list(dict.fromkeys(ids))
 
-    def _ship(self, report: CycleReport, shipment: Shipment) -> None:
+    def _ship(
+        self,
+        report: CycleReport,
+        shipment: Shipment,
+        deferred: list[Callable[[], None]] | None = None,
+    ) -> None:
         """Enqueue the chunks (and drop forgotten fingerprints) in one round trip,
-        then remember what was shipped."""
+        then remember what was shipped (or leave that to ``deferred``)."""
         forget = shipment.forget
         with self._watch(report, "ship"):
             try:
@@ -608,6 +623,9 @@ class Collector:
                     self.redis.hdel(self.keys.fingerprints, *forget)
             except redis.RedisError as exc:
                 raise CycleFailed(f"redis: {exc}") from exc
+        if deferred is not None:
+            deferred.extend(shipment.on_shipped)
+            return
         for step in shipment.on_shipped:
             step()
 

@@ -103,7 +103,9 @@ TIMES = frozenset(("ctime", "etime", "stime", "obittime", "mtime", "qtime", "Exe
 STRINGS = frozenset(("Job_Name", "project", "Account_Name"))  # qstat never parses these
 MAPPINGS = frozenset(("resources_used", "Resource_List", "estimated", "resource_released_list",
                       "Variable_List"))  # fmt: skip
-STATE_LETTERS = "TQHWREXBSUMF"  # pbs.JOB_STATE_* 0..11 (job.h; 10 is SUSPEND_USERACTIVE)
+# pbs.JOB_STATE_* (job.h; S and U: module_pbs_v1.c) -> the letter qstat prints
+STATE_LETTERS = {0: "T", 1: "Q", 2: "H", 3: "W", 4: "R", 5: "E", 6: "X", 7: "B", 8: "M", 9: "F",
+                 400: "S", 410: "U"}  # fmt: skip
 SUBSTATE_TERMINATED, SUBSTATE_FINISHED, SUBSTATE_FAILED = 91, 92, 93
 EXCEEDED = {
     -24: "ncpus (burst)",

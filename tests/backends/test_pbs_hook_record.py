@@ -35,7 +35,20 @@ from tests.support.pbs_hook import hook_namespace
 FIXTURES = fixtures_dir() / "pbs"
 CAPTURES = sorted(FIXTURES.glob("*.qstat*-f*.json"))
 HOOK = hook_namespace()
-STATES = "TQHWREXBSUMF"  # pbs.JOB_STATE_* (job.h)
+STATES = {
+    "T": 0,
+    "Q": 1,
+    "H": 2,
+    "W": 3,
+    "R": 4,
+    "E": 5,
+    "X": 6,
+    "B": 7,
+    "M": 8,
+    "F": 9,
+    "S": 400,
+    "U": 410,
+}  # pbs.JOB_STATE_* (job.h, module_pbs_v1.c)
 ENDINGS = (" and finished", " and failed", " and exceeded resource ")
 TZ = "UTC"  # the hook's localtime() and the collector's tz: the server's zone
 
@@ -103,7 +116,7 @@ def pbs_job(native: dict):
         if name in HOOK["TIMES"]:
             value = epoch(value)
         elif name == "job_state":
-            value = STATES.index(value)
+            value = STATES[value]
         elif name == "Variable_List":
             value = {k: text(v) for k, v in value.items()}
         elif isinstance(value, dict):

@@ -9,6 +9,7 @@ the qstat stand-in (its log counts the calls) and a real redis-server."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -157,3 +158,34 @@ def test_a_record_less_poke_is_rechecked_with_qstat(tmp_path, monkeypatch, r, re
     calls = qstat_calls(log)[before:]
     assert len(calls) == 1 and "-x" in calls[0] and "3.vm" in calls[0]
     assert svc.collector.tracker.of("job")["3.vm"].state in TERMINAL
+
+
+def test_a_record_is_shipped_while_a_cycle_waits_for_qstat(tmp_path, monkeypatch, r, redis_server):
+    """A cycle's commands (here a reconciliation's qstat, slowed to seconds)
+    do not hold up a final that needs none: the poke is served meanwhile, and
+    what the collector remembers of it is noted once the cycle is over."""
+    fake = FakePBS(tmp_path, FIXTURES, monkeypatch)
+    fake.set("10-busy")
+    svc = service(fake, r)
+    fake.set("40-drained", costs={"scale": 40})  # 1.4 s per server connection
+    served: list[float] = []
+    refresh = svc.collector.refresh
+
+    def noting_refresh(ids, given=None, **kw):
+        served.append(time.monotonic())
+        return refresh(ids, given, **kw)
+
+    monkeypatch.setattr(svc.collector, "refresh", noting_refresh)
+    timer = threading.Timer(0.5, jobobit, args=(tmp_path, redis_server, "40-drained", "3.vm"))
+    timer.start()
+    try:
+        assert svc.run_one()  # the reconciliation
+    finally:
+        timer.join()
+    ended = time.monotonic()
+    assert served and ended - served[0] > 0.5  # served long before the cycle ended
+    assert svc.collector.tracker.of("job")["3.vm"].state in TERMINAL
+    assert "3.vm" in svc.collector.poked_finals
+    drain(r, SITE)
+    events = [e for e in site_events(r, SITE) if e["object_id"] == "3.vm"]
+    assert [e["type"] for e in events] == ["new", "final"]
