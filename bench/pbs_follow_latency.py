@@ -78,19 +78,27 @@ class CountingPBS(PBSBackend):
         return super()._history_once(job_ids)
 
 
-def count_refreshes(rig: FollowRig, backend: CountingPBS) -> None:
+def count_refreshes(rig: FollowRig, backend: CountingPBS) -> dict[str, float]:
+    """Count the follow path's qstat calls; return when each job was first
+    shipped by a refresh (filled in as the run goes)."""
     assert rig.service is not None
     collector = rig.service.collector
     plain = collector.refresh
+    shipped: dict[str, float] = {}
 
     def refresh(job_ids, given=None, **kw):
         backend.refreshing.on = True
         try:
-            return plain(job_ids, given, **kw)
+            report = plain(job_ids, given, **kw)
         finally:
             backend.refreshing.on = False
+        now = time.time()
+        for job in job_ids:
+            shipped.setdefault(job, now)
+        return report
 
     collector.refresh = refresh  # type: ignore[method-assign]
+    return shipped
 
 
 def poke_times(rig: FollowRig) -> dict[str, float]:
@@ -142,7 +150,7 @@ def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
     timers = []
     try:
         rig.start(backend, "pbs")
-        count_refreshes(rig, backend)
+        shipped = count_refreshes(rig, backend)
         for job, end in ends.items():
             at = end - args.lead if mode == "mom" else end
             event = "EXECJOB_EPILOGUE" if mode == "mom" else "JOBOBIT"
@@ -158,8 +166,9 @@ def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
     finals = rig.finals
     latencies = [finals[j] - ends[j] for j in ends if j in finals]
     from_poke = [finals[j] - poked[j] for j in ends if j in finals and j in poked]
+    to_ship = [shipped[j] - poked[j] for j in ends if j in shipped and j in poked]
     return {"mode": mode, "latencies": latencies, "missing": len(ends) - len(latencies),
-            "from_poke": from_poke, "hook_costs": hook_costs,
+            "from_poke": from_poke, "to_ship": to_ship, "hook_costs": hook_costs,
             "refreshes": int(meta.get("refreshes", 0)), "cycles": int(meta.get("cycles_ok", 0)),
             "refresh_qstats": backend.refresh_calls, "qstats": backend.calls,
             "jobs": len(ends)}  # fmt: skip
@@ -211,8 +220,13 @@ def main() -> None:
         label: (lambda x, p=p: ms(percentile(x["from_poke"], p)) if x["from_poke"] else "-")
         for label, p in (("poke -> callback, p50", 50), ("poke -> callback, p99", 99))
     }
+    ship_rows = {
+        label: (lambda x, p=p: ms(percentile(x["to_ship"], p)) if x["to_ship"] else "-")
+        for label, p in (("poke -> shipped by a refresh, p50", 50), ("... p99", 99))
+    }
     print_table("server records the end -> SDK callback", columns, results, {
         **poke_rows,
+        **ship_rows,
         "qstat -x per job end (follow path)":
             lambda x: f"{x['refresh_qstats'] / x['jobs']:.2f} ({x['refresh_qstats']} calls)",
         "qstat -x calls in all (probe cycles too)": lambda x: str(x["qstats"]),
