@@ -1,10 +1,20 @@
 """PBS follow mode: what jobtap adds between the moment the server records a job's
-end and the SDK callback carrying its final event, with the server hook's poke
-(jobobit: ``jobtap poke`` started in the background when the server records the
-end) and with the MoM hook's poke (execjob_epilogue: written by the hook itself,
-marked ended, before the server knows).
+end and the SDK callback carrying its final event, side by side in one run:
 
-    python -m bench.pbs_follow_latency [--jobs 40] [--gap 1.0] [--lead 0.3]
+* ``before``: the server hook's jobobit poke without a record (``jobtap poke``
+  started in the background), so the collector re-reads the job with
+  ``qstat -E -x -f -F json`` behind its pacer;
+* ``after``: the jobobit hook's poke carries the job's final record (written by
+  the hook itself), which the collector ships without a qstat;
+* ``mom`` (``--modes``): the MoM hook's poke (execjob_epilogue, marked ended,
+  ``--lead`` seconds before the server knows), re-checked with qstat.
+
+    python -m bench.pbs_follow_latency [--jobs 40] [--gap 1.0] [--modes before,after]
+
+Latencies: poke -> SDK callback (the poke's time is its stream entry's id, the
+Redis server's clock on this host), and server records the end -> callback.
+qstat calls per job end: the ``qstat -x`` calls of the follow path (refreshes
+of poked jobs), per job; the probe cycles' own calls are counted apart.
 
 There is no PBS here: the qstat stand-in plays the server, with OpenPBS's costs
 (tests/fakes/pbs_standin.py: the 200 ms same-second throttle, 35 ms per
@@ -39,11 +49,66 @@ from bench.follow_rig import JOBTAP, FollowRig, ms, percentile, print_table
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import PBSBackend
 from jobtap.keys import POKES_MAXLEN, SiteKeys
+from tests.backends.test_pbs_hook_record import at_jobobit, pbs_job
 from tests.support.paths import FAKE_BIN, fixtures_dir
 from tests.support.pbs_hook import run_hook
 from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
 
 FIXTURES = fixtures_dir() / "pbs"
+MODES = {
+    "before": "jobobit poke, no record (qstat re-check)",
+    "after": "jobobit poke with the record",
+    "mom": "MoM hook (execjob_epilogue, ended)",
+}
+
+
+class CountingPBS(PBSBackend):
+    """The real backend, counting its ``qstat -x`` calls, and those made while
+    the follow path refreshes poked jobs."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.calls = self.refresh_calls = 0
+        self.refreshing = threading.local()
+
+    def _history_once(self, job_ids):
+        self.calls += 1
+        if getattr(self.refreshing, "on", False):
+            self.refresh_calls += 1
+        return super()._history_once(job_ids)
+
+
+def count_refreshes(rig: FollowRig, backend: CountingPBS) -> dict[str, float]:
+    """Count the follow path's qstat calls; return when each job was first
+    shipped by a refresh (filled in as the run goes)."""
+    assert rig.service is not None
+    collector = rig.service.collector
+    plain = collector.refresh
+    shipped: dict[str, float] = {}
+
+    def refresh(job_ids, given=None, **kw):
+        backend.refreshing.on = True
+        try:
+            report = plain(job_ids, given, **kw)
+        finally:
+            backend.refreshing.on = False
+        now = time.time()
+        for job in job_ids:
+            shipped.setdefault(job, now)
+        return report
+
+    collector.refresh = refresh  # type: ignore[method-assign]
+    return shipped
+
+
+def poke_times(rig: FollowRig) -> dict[str, float]:
+    """When each job's first poke reached Redis (its entry id's milliseconds)."""
+    times: dict[str, float] = {}
+    for entry_id, fields in rig.redis.xrange(rig.keys.pokes):
+        millis = int(entry_id.decode().partition("-")[0])
+        for job in (fields.get(b"ids") or b"").decode().split():
+            times.setdefault(job, millis / 1000)
+    return times
 
 
 def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
@@ -67,19 +132,25 @@ def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
                                    "ends": ends}))  # fmt: skip
     rig = FollowRig(workdir, site)
     hook_config = {"jobtap": str(JOBTAP), "site": site, "redis": rig.server.url,
-                   "stream": keys.pokes, "maxlen": POKES_MAXLEN, "timeout": 0.25}  # fmt: skip
-    backend = PBSBackend(qstat=str(FAKE_BIN / "qstat"), pbsnodes=str(FAKE_BIN / "pbsnodes"),
-                         tz="UTC", timeout=30)  # fmt: skip
+                   "stream": keys.pokes, "maxlen": POKES_MAXLEN, "timeout": 0.25,
+                   "max_record": 8192 if mode == "after" else 0}  # fmt: skip
+    # The stand-ins, never the real commands on PATH (qselect: the probe).
+    backend = CountingPBS(qstat=str(FAKE_BIN / "qstat"), pbsnodes=str(FAKE_BIN / "pbsnodes"),
+                          qselect=str(FAKE_BIN / "qselect"), tz="UTC", timeout=30)  # fmt: skip
+    finished = json.loads(done.read_text())["Jobs"]
     hook_costs: list[float] = []
 
     def hook(job: str, event: str) -> None:
+        # pbs.event().job as jobobit sees it: the job about to go to history
+        pbs_object = pbs_job(at_jobobit(finished[job]))
         t0 = time.perf_counter()
-        run_hook(hook_config, workdir / f"hook-{job}.json", event, job)
+        run_hook(hook_config, workdir / f"hook-{job}.json", event, job, job=pbs_object)
         hook_costs.append(time.perf_counter() - t0)
 
     timers = []
     try:
         rig.start(backend, "pbs")
+        shipped = count_refreshes(rig, backend)
         for job, end in ends.items():
             at = end - args.lead if mode == "mom" else end
             event = "EXECJOB_EPILOGUE" if mode == "mom" else "JOBOBIT"
@@ -87,15 +158,20 @@ def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
             timer.start()
             timers.append(timer)
         meta = rig.wait_finals(set(ends), timeout=t - time.time() + 60)
+        poked = poke_times(rig)
     finally:
         for timer in timers:
             timer.cancel()
         rig.stop()
     finals = rig.finals
     latencies = [finals[j] - ends[j] for j in ends if j in finals]
+    from_poke = [finals[j] - poked[j] for j in ends if j in finals and j in poked]
+    to_ship = [shipped[j] - poked[j] for j in ends if j in shipped and j in poked]
     return {"mode": mode, "latencies": latencies, "missing": len(ends) - len(latencies),
-            "hook_costs": hook_costs, "refreshes": int(meta.get("refreshes", 0)),
-            "cycles": int(meta.get("cycles_ok", 0))}  # fmt: skip
+            "from_poke": from_poke, "to_ship": to_ship, "hook_costs": hook_costs,
+            "refreshes": int(meta.get("refreshes", 0)), "cycles": int(meta.get("cycles_ok", 0)),
+            "refresh_qstats": backend.refresh_calls, "qstats": backend.calls,
+            "jobs": len(ends)}  # fmt: skip
 
 
 def poke_process_cost(n: int = 10) -> list[float]:
@@ -117,6 +193,7 @@ def poke_process_cost(n: int = 10) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=40)
+    ap.add_argument("--modes", default="before,after", help="of " + ", ".join(MODES))
     ap.add_argument("--gap", type=float, default=1.0, help="mean seconds between job ends")
     ap.add_argument(
         "--lead",
@@ -125,21 +202,41 @@ def main() -> None:
         help="MoM mode: seconds between the MoM's poke and the server's record",
     )
     args = ap.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        ap.error(f"unknown mode(s) {', '.join(unknown)}: choose among {', '.join(MODES)}")
+    os.environ["TZ"] = "UTC"  # the hook's localtime() is the stand-in server's zone
+    time.tzset()
     results = []
-    for mode in ("server", "mom"):
+    for mode in modes:
         with tempfile.TemporaryDirectory(prefix="jobtap-bench-") as tmp:
             results.append(one_mode(Path(tmp), mode, args))
-    pokes = poke_process_cost()
-    print(f"{args.jobs} jobs ending about every {args.gap:g} s on the qstat stand-in; "
-          f"MoM pokes {args.lead:g} s before the server records the end")  # fmt: skip
-    print_table("server records the end -> SDK callback", [
-        "server hook (jobobit, `jobtap poke`)", "MoM hook (execjob_epilogue, ended)"], results, {
+    print(f"{args.jobs} jobs ending about every {args.gap:g} s on the qstat stand-in"
+          + (f"; MoM pokes {args.lead:g} s before the server records the end"
+             if "mom" in modes else ""))  # fmt: skip
+    columns = [MODES[m] for m in modes]
+    poke_rows = {
+        label: (lambda x, p=p: ms(percentile(x["from_poke"], p)) if x["from_poke"] else "-")
+        for label, p in (("poke -> callback, p50", 50), ("poke -> callback, p99", 99))
+    }
+    ship_rows = {
+        label: (lambda x, p=p: ms(percentile(x["to_ship"], p)) if x["to_ship"] else "-")
+        for label, p in (("poke -> shipped by a refresh, p50", 50), ("... p99", 99))
+    }
+    print_table("server records the end -> SDK callback", columns, results, {
+        **poke_rows,
+        **ship_rows,
+        "qstat -x per job end (follow path)":
+            lambda x: f"{x['refresh_qstats'] / x['jobs']:.2f} ({x['refresh_qstats']} calls)",
+        "qstat -x calls in all (probe cycles too)": lambda x: str(x["qstats"]),
         "targeted refreshes / full cycles": lambda x: f"{x['refreshes']} / {x['cycles']}",
+        "one hook run, p50": lambda x: ms(percentile(x["hook_costs"], 50)),
     })  # fmt: skip
-    print(f"one `jobtap poke` process: p50 {ms(percentile(pokes, 50))}, "
-          f"max {ms(max(pokes))}")  # fmt: skip
-    mom = results[1]["hook_costs"]
-    print(f"one MoM hook run writing its poke: p50 {ms(percentile(mom, 50))}, max {ms(max(mom))}")
+    if "before" in modes or "mom" in modes:
+        pokes = poke_process_cost()
+        print(f"one `jobtap poke` process (before: the hook starts it): "
+              f"p50 {ms(percentile(pokes, 50))}, max {ms(max(pokes))}")  # fmt: skip
 
 
 if __name__ == "__main__":

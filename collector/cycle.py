@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,6 +75,7 @@ HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconcil
 # A finished job forgotten (gone from the live list) is looked up again after a
 # Redis loss for this long: its final may have been in a chunk the loss took.
 FORGOTTEN_KEEP_S = 600.0
+MAX_POKED_FINALS = 100_000  # jobs whose final came from a poke's record, remembered
 
 
 @runtime_checkable
@@ -307,6 +309,7 @@ class Collector:
         self.job_nodes_known = self.node_states_known = False
         self.cycles_run = 0
         self.last_cycle = 0
+        self._cycle_lock = threading.Lock()
         # Checked once: does this scheduler spell job ids in several ways, can it
         # say cheaply what changed, does it count what its commands cost?
         self.canonical_id = backend.canonical_id if isinstance(backend, CanonicalIds) else None
@@ -328,6 +331,9 @@ class Collector:
         # (monotonic): their final may still wait in a queue that Redis loses
         # with the rest, so resume_after_loss looks them up again.
         self.forgotten: dict[str, float] = {}
+        # Jobs whose final came from a poke's record, oldest first (see
+        # _not_after_poked_final); forgotten with the job.
+        self.poked_finals: dict[str, None] = {}
         # What reads cost: from the scheduler's figures (MeasuresReads), sampled
         # at most once an interval, else from wall time (plan.ReadBudget).
         self._costs_at: float | None = None
@@ -386,12 +392,13 @@ class Collector:
     def next_cycle(self) -> int:
         """The next cycle number: persisted in ``meta``, monotonic even if Redis
         lost it (chunks of older cycles may still sit in a separate queue Redis)."""
-        cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
-        if cycle <= self.last_cycle:
-            cycle = self.last_cycle + 1
-            self.redis.hset(self.keys.meta, "cycle", cycle)
-        self.last_cycle = cycle
-        return cycle
+        with self._cycle_lock:  # a refresh may run beside a cycle (service._run_cycle)
+            cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
+            if cycle <= self.last_cycle:
+                cycle = self.last_cycle + 1
+                self.redis.hset(self.keys.meta, "cycle", cycle)
+            self.last_cycle = cycle
+            return cycle
 
     # -- one cycle ----------------------------------------------------------------
     def run_cycle(self, *, with_nodes: bool | None = None, tier: str | None = None) -> CycleReport:
@@ -419,10 +426,21 @@ class Collector:
         self.cycles_run += 1
         return report
 
-    def refresh(self, job_ids: Iterable[str]) -> CycleReport:
+    def refresh(
+        self,
+        job_ids: Iterable[str],
+        given: Mapping[str, Native] | None = None,
+        *,
+        deferred: list[Callable[[], None]] | None = None,
+    ) -> CycleReport:
         """Follow mode's targeted refresh: stat just these jobs and ship what
         changed, through the same fingerprint/normalise/ship steps as a full
         cycle (so a later full cycle finds nothing new and ids never repeat).
+        ``given``: native records the pokes brought (PBS's jobobit hook), as
+        the scheduler's listing prints them; those jobs are not stat'ed.
+        ``deferred``: while a cycle runs in another thread, what is remembered
+        of the shipped jobs is appended there, to be done after the cycle
+        (the cycle owns the tracker until it ends).
 
         Ids the scheduler does not know are ignored: a poke for an unknown or
         vanished job is harmless, and the next full cycle deals with vanished
@@ -430,29 +448,60 @@ class Collector:
         if self.tracker is None:
             self.load()
         seen = self._seen(JOB)
+        given = given or {}
         ids = self._poked_ids(job_ids)
         report = self._new_report()
         if not ids:
             return report
-        how = self._read_mode(ids)
-        try:
-            with self._watch(report, "stat"):
-                natives = self._poked_records(ids, how)
-        except StatError as exc:
-            raise CycleFailed(str(exc)) from exc
+        natives = {j: given[j] for j in ids if j in given}
+        rest = [j for j in ids if j not in natives]
+        if rest:
+            how = self._read_mode(rest)
+            try:
+                with self._watch(report, "stat"):
+                    natives.update(self._poked_records(rest, how))
+            except StatError as exc:
+                raise CycleFailed(str(exc)) from exc
+            report.counts[f"read_{how}"] = 1
         natives = {j: natives[j] for j in ids if j in natives}
         fps = fingerprint_all(natives)
         changed = [j for j, fp in fps.items() if (x := seen.get(j)) is None or x.fingerprint != fp]
+        changed = self._not_after_poked_final(changed, report)
         report.counts.update(poked=len(ids), jobs=len(natives), changed=len(changed))
-        report.counts[f"read_{how}"] = 1
+        if given:
+            report.counts["from_poke"] = len(ids) - len(rest)
         records = self._normalise_jobs(natives, changed, report, self.nodewatch.bad)
         state_items, update_items, new_seen = classify(changed, fps, records, seen, set(), report)
         shipment = Shipment()
         shipment.add(STATE, JOB, state_items)
         shipment.add(UPDATE, JOB, update_items)
         shipment.then(lambda: self._remember_jobs(new_seen, records, drop=()))
-        self._ship(report, shipment)
+        finals = [j for j in natives if j in given and records.get(j, {}).get("state") in TERMINAL]
+        if finals:
+            shipment.then(lambda: self._note_poked_finals(finals))
+        self._ship(report, shipment, deferred)
         return report
+
+    # -- finals shipped from a poke's record ------------------------------------------
+    def _note_poked_finals(self, ids: list[str]) -> None:
+        for jid in ids:
+            self.poked_finals[jid] = None
+        while len(self.poked_finals) > MAX_POKED_FINALS:
+            del self.poked_finals[next(iter(self.poked_finals))]
+
+    def _not_after_poked_final(self, changed: list[str], report: CycleReport) -> list[str]:
+        """``changed`` less the jobs whose final was shipped from a poke's record
+        (PBS's jobobit hook, which builds the record qstat will print).  A
+        final is the last thing applied to a job (the worker writes nothing
+        after it), so a later listing that prints it otherwise (a time one
+        second off, a subjob turned from X to F when its array ended) must not
+        ship it again."""
+        if not self.poked_finals:
+            return changed
+        kept = [j for j in changed if j not in self.poked_finals]
+        if len(kept) < len(changed):
+            report.add("poked_final_unchanged", len(changed) - len(kept))
+        return kept
 
     # -- what reading poked jobs costs (pushed plans: plan.ReadBudget) ---------------
     def refresh_delay(self, job_ids: Collection[str]) -> float:
@@ -577,9 +626,14 @@ class Collector:
                 continue
         return list(dict.fromkeys(ids))
 
-    def _ship(self, report: CycleReport, shipment: Shipment) -> None:
+    def _ship(
+        self,
+        report: CycleReport,
+        shipment: Shipment,
+        deferred: list[Callable[[], None]] | None = None,
+    ) -> None:
         """Enqueue the chunks (and drop forgotten fingerprints) in one round trip,
-        then remember what was shipped."""
+        then remember what was shipped (or leave that to ``deferred``)."""
         forget = shipment.forget
         with self._watch(report, "ship"):
             try:
@@ -595,6 +649,9 @@ class Collector:
                     self.redis.hdel(self.keys.fingerprints, *forget)
             except redis.RedisError as exc:
                 raise CycleFailed(f"redis: {exc}") from exc
+        if deferred is not None:
+            deferred.extend(shipment.on_shipped)
+            return
         for step in shipment.on_shipped:
             step()
 
@@ -616,6 +673,7 @@ class Collector:
         for oid in drop:
             seen.pop(oid, None)
             watch.job_nodes.pop(oid, None)
+            self.poked_finals.pop(oid, None)
             self.forgotten[oid] = now
         if drop:
             kept = now - FORGOTTEN_KEEP_S
@@ -729,7 +787,9 @@ class Collector:
         just went bad or came back (their reason changes although the
         scheduler's record of them did not)."""
         seen = self._seen(JOB)
+        changed = self._not_after_poked_final(changed, report)
         nodes_moved = {j for j in self.nodewatch.jobs_on(delta) if j in natives} - set(changed)
+        nodes_moved -= self.poked_finals.keys()
         if nodes_moved:
             changed = changed + sorted(nodes_moved)
             report.add("node_reason", len(nodes_moved))

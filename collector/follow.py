@@ -49,7 +49,11 @@ class PokeReader:
     An entry with a ``probe`` field names no job: ``jobtap doctor`` sends one to
     see that pokes are being read; its token is kept in :attr:`probes`.  The
     ids of entries with ``ended`` set are also kept in :attr:`ended`: the
-    collector looks at those again until the scheduler shows them ended."""
+    collector looks at those again until the scheduler shows them ended.
+    An entry naming one job with a ``record`` field (the PBS jobobit hook: the
+    job's final record as the scheduler will list it) keeps that record in
+    :attr:`records` until the job is refreshed; a later poke of the job
+    without one drops it (something changed after it: ask the scheduler)."""
 
     def __init__(self, r: redis.Redis, keys: SiteKeys, *, max_pending: int = 10_000):
         self.redis = r
@@ -60,6 +64,7 @@ class PokeReader:
         self.received = self.coalesced = self.dropped = 0
         self.probes: list[str] = []
         self.ended: set[str] = set()
+        self.records: dict[str, bytes] = {}
         last = r.xrevrange(keys.pokes, count=1)
         self.last_id: str = last[0][0].decode() if last else "0-0"
 
@@ -76,9 +81,15 @@ class PokeReader:
                     self.probes.append(fields[b"probe"].decode(errors="replace"))
                     continue
                 ended = fields.get(b"ended") == b"1"
-                for jid in (fields.get(b"ids") or b"").decode(errors="replace").split():
+                ids = (fields.get(b"ids") or b"").decode(errors="replace").split()
+                record = fields.get(b"record") if len(ids) == 1 else None
+                for jid in ids:
                     if ended and len(self.ended) < self.max_pending:
                         self.ended.add(jid)
+                    if record is not None and len(self.records) < self.max_pending:
+                        self.records[jid] = record
+                    else:
+                        self.records.pop(jid, None)
                     if jid in self.pending:
                         self.coalesced += 1
                         continue

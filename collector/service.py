@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
@@ -36,7 +37,7 @@ from jobtap.schema import EXITING, JOB, TERMINAL
 from jobtap.workers.epoch import CAUSES, EpochGuard
 
 from . import plan
-from .backends.base import EventFeed, RecordsAtHand
+from .backends.base import EventFeed, Native, RecordsAtHand, RecordsInPokes
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 from .hoststate import HostState
@@ -233,7 +234,24 @@ class CollectorService:
             self.due_rechecks()
             if self.pokes.pending and self.collector.refresh_delay(self.pokes.pending) <= 0:
                 self.serve_pokes()
-                self.stop_event.wait(self.refresh_gap)  # bounds refreshes per second
+                self.refresh_pause()  # bounds refreshes per second
+
+    def refresh_pause(self) -> None:
+        """Wait ``refresh_gap`` before the next refresh that asks the scheduler;
+        pokes that bring their record (no command) are served meanwhile."""
+        assert self.pokes is not None
+        if not isinstance(self.collector.backend, RecordsInPokes):
+            self.stop_event.wait(self.refresh_gap)
+            return
+        until = time.monotonic() + self.refresh_gap
+        while not self.stop_event.is_set() and (left := until - time.monotonic()) > 0:
+            try:
+                if self.pokes.read(block_ms=max(1, int(left * 1000))):
+                    self.note_pokes_read()
+            except redis.RedisError:
+                self.stop_event.wait(left)
+                return
+            self.serve_records(None)
 
     def note_pokes_read(self) -> None:
         """Say in ``meta`` how far the poke stream has been read (and which
@@ -288,6 +306,11 @@ class CollectorService:
         assert self.pokes is not None
         ids = self.pokes.take(self.max_refresh)
         backend = self.collector.backend
+        given = self.poked_records(ids)
+        if given:  # records the pokes brought (PBS's jobobit hook): no scheduler command
+            rest = [j for j in ids if j not in given]
+            done = self.refresh_now(list(given), given)
+            return done & self.refresh_now(rest) if rest else done
         if isinstance(backend, RecordsAtHand):
             quick = backend.at_hand(ids)
             if quick and len(quick) < len(ids):
@@ -295,13 +318,46 @@ class CollectorService:
                 return self.refresh_now(quick) & self.refresh_now(rest)
         return self.refresh_now(ids)
 
-    def refresh_now(self, ids: list[str]) -> bool:
+    def poked_records(self, ids: list[str]) -> dict[str, Native]:
+        """The records among ``ids``' pokes that the backend accepts as they are
+        (:class:`RecordsInPokes`); the others are asked of the scheduler."""
+        assert self.pokes is not None
+        held = self.pokes.records
+        if not held:
+            return {}
+        raw = {j: held.pop(j) for j in ids if j in held}
+        backend = self.collector.backend
+        if not isinstance(backend, RecordsInPokes):
+            return {}
+        given = {}
+        for jid, data in raw.items():
+            native = backend.poked_record(jid, data)
+            if native is not None:
+                given[jid] = native
+        return given
+
+    def refresh_now(
+        self,
+        ids: list[str],
+        given: dict[str, Native] | None = None,
+        deferred: list[Callable[[], None]] | None = None,
+    ) -> bool:
+        """Refresh these poked jobs (``given``: records their pokes brought;
+        ``deferred``: during a cycle, see :meth:`_run_cycle`)."""
         assert self.pokes is not None
         t0 = time.perf_counter()
         try:
-            report = self.collector.refresh(ids)
-            self.state.save(self.epoch, report.cycle)
-            self.plan_rechecks(ids)
+            if given is None and deferred is None:
+                report = self.collector.refresh(ids)
+            else:
+                report = self.collector.refresh(ids, given, deferred=deferred)
+            if deferred is None:
+                self.state.save(self.epoch, report.cycle)
+                self.plan_rechecks(ids)
+            else:  # finals from records: nothing to look at again
+                for jid in ids:
+                    self.pokes.ended.discard(jid)
+                    self.rechecks.pop(jid, None)
         except (CycleFailed, redis.RedisError) as exc:
             log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
             if self.metrics is not None:
@@ -337,7 +393,7 @@ class CollectorService:
         try:
             self.check_epoch()
             self.refresh_lock()
-            report = self.collector.run_cycle()
+            report = self._run_cycle()
             self.state.save(self.epoch, report.cycle)
         except CycleFailed as exc:
             self.failed(str(exc), time.perf_counter() - t0)
@@ -347,6 +403,63 @@ class CollectorService:
             return False
         self.succeeded(report, time.perf_counter() - t0)
         return True
+
+    def _run_cycle(self) -> CycleReport:
+        """One cycle.  In follow mode with a backend whose pokes may carry
+        records (PBS's jobobit hook), the cycle runs in a thread of its own
+        while this one keeps serving the pokes that bring their record: they
+        need no scheduler command, and a final must not wait for a cycle's
+        commands (a probe's qselect, a listing).  Their chunks are shipped at
+        once; what the collector remembers of them is noted after the cycle,
+        which owns the tracker until it ends.  Other pokes wait as before."""
+        collector = self.collector
+        if self.pokes is None or not isinstance(collector.backend, RecordsInPokes):
+            return collector.run_cycle()
+        outcome: dict[str, object] = {}
+
+        def cycle() -> None:
+            try:
+                outcome["report"] = collector.run_cycle()
+            except BaseException as exc:  # raised again in this thread
+                outcome["error"] = exc
+
+        deferred: list[Callable[[], None]] = []
+        runner = threading.Thread(target=cycle, name="jobtap-cycle", daemon=True)
+        runner.start()
+        try:
+            while runner.is_alive():
+                try:
+                    if self.pokes.read(block_ms=20):
+                        self.note_pokes_read()
+                except redis.RedisError as exc:
+                    log.warning("poke stream: %s", exc)
+                    runner.join(0.1)
+                    continue
+                self.serve_records(deferred)
+        finally:
+            runner.join()
+            for step in deferred:
+                step()
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        report = outcome["report"]
+        assert isinstance(report, CycleReport)
+        return report
+
+    def serve_records(self, deferred: list[Callable[[], None]] | None) -> None:
+        """Ship the pending pokes that brought an acceptable record (during a
+        cycle, ``deferred``: see :meth:`_run_cycle`); the others stay pending."""
+        assert self.pokes is not None
+        held = self.pokes.records
+        if not held:
+            return
+        ids = [j for j in self.pokes.pending if j in held][: self.max_refresh]
+        given = self.poked_records(ids)
+        if not given:
+            return
+        for jid in given:
+            self.pokes.pending.pop(jid, None)
+        self.refresh_now(list(given), given, deferred)
 
     def check_epoch(self) -> None:
         """Make sure of the site's epoch (beginning a new one if Redis' data is

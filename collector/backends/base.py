@@ -177,6 +177,20 @@ class RecordsAtHand(Protocol):
         ...
 
 
+@runtime_checkable
+class RecordsInPokes(Protocol):
+    """A backend whose scheduler hook may send a job's record with its poke
+    (PBS: the jobobit hook's ``record`` field, the job as ``qstat -x -f -F
+    json`` will print it); follow mode ships such a record without asking
+    the scheduler when :meth:`poked_record` accepts it."""
+
+    def poked_record(self, job_id: str, raw: bytes) -> Native | None:
+        """The native record a poke carried, if it is one the scheduler's own
+        listing would print and complete enough to ship; None: ask the
+        scheduler as for any poke."""
+        ...
+
+
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 MAX_ID_LENGTH = 256
 

@@ -44,6 +44,8 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
+
 from jobtap.schema import (
     CANCELLED,
     COMPLETED,
@@ -674,6 +676,14 @@ class PBSBackend(CommandBackend):
                 return {}, unknown
         return parse_qstat_jobs(out), unknown
 
+    # Records sent by the server hook (follow mode) ----------------------------
+    def poked_record(self, job_id: str, raw: bytes) -> Native | None:
+        """The final record the jobobit hook sent with its poke
+        (``deploy/pbs/jobtap_poke_hook.py``: the job as ``qstat -x -f -F
+        json`` prints it once the server moved it to history), if it is
+        complete enough to be the job's final: see :func:`final_from_hook`."""
+        return final_from_hook(job_id, raw, self.tz)
+
     # Normalising ---------------------------------------------------------------
     def normalise_job(self, job_id: str, native: Native) -> Record:
         return normalise_job(job_id, native, scheduler=self.scheduler, tz=self.tz)
@@ -683,6 +693,40 @@ class PBSBackend(CommandBackend):
 
     def normalise_queue(self, name: str, native: Native) -> Record:
         return normalise_queue(name, native, scheduler=self.scheduler, tz=self.tz)
+
+
+HOOK_FINAL_SUBSTATES = frozenset({SUBSTATE_TERMINATED, 92, SUBSTATE_FAILED})
+
+
+def final_from_hook(job_id: str, raw: bytes | str, tz: str | None = None) -> Native | None:
+    """A job's record sent by the jobobit hook, if it can be the job's final
+    without a ``qstat``: a JSON object, ended (``job_state`` F, or X for a
+    subjob) with the substate that says how (91 deleted, 92 finished, 93
+    failed), an ``Exit_status`` unless it was
+    deleted, and the times a final carries (``ctime``, ``obittime``,
+    ``mtime``, ``history_timestamp``).  Anything else (None) is asked of
+    qstat, as a record-less poke is."""
+    try:
+        native = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(native, dict):
+        return None
+    if native.get("job_state") not in _FINISHED_STATES:
+        return None
+    substate = native.get("substate")
+    if substate not in HOOK_FINAL_SUBSTATES or isinstance(substate, bool):
+        return None
+    status = native.get("Exit_status")
+    if substate != SUBSTATE_TERMINATED and (
+        not isinstance(status, int) or isinstance(status, bool)
+    ):
+        return None
+    if not isinstance(native.get("history_timestamp"), int):
+        return None
+    if any(parse_pbs_time(native.get(t), tz) is None for t in ("ctime", "obittime", "mtime")):
+        return None
+    return native
 
 
 def _plausible_ids(job_ids: Iterable[str]) -> list[str]:

@@ -51,17 +51,39 @@ def fake_pbs(
     return pbs, run
 
 
-def run_hook(config: dict, path: Path, event_name: str | None, job_id: str | None) -> HookRun:
-    """Run the hook once for one event, with ``config`` as its imported JSON."""
+def run_hook(
+    config: dict,
+    path: Path,
+    event_name: str | None,
+    job_id: str | None,
+    job: object | None = None,
+) -> HookRun:
+    """Run the hook once for one event, with ``config`` as its imported JSON.
+    ``job``: the event's job object (its attributes as pbs.event().job holds
+    them); by default one with only ``id``."""
     path.write_text(json.dumps(config))
     pbs, run = fake_pbs(path, event_name, job_id)
+    if job is not None:
+        job.id = job_id  # type: ignore[attr-defined]
+        pbs.event().job = job
+    _run(pbs)
+    return run
+
+
+def _run(pbs: types.ModuleType) -> dict:
     saved = sys.modules.get("pbs")
     sys.modules["pbs"] = pbs
     try:
-        runpy.run_path(str(HOOK))
+        return runpy.run_path(str(HOOK))
     finally:
         if saved is None:
             sys.modules.pop("pbs", None)
         else:
             sys.modules["pbs"] = saved
-    return run
+
+
+def hook_namespace() -> dict:
+    """The hook's functions and constants (``final_record``, ``job_record``...),
+    from one run for an event without a job (which pokes nothing)."""
+    pbs, _run_ = fake_pbs(Path("/nonexistent/hook.json"), None, None)
+    return _run(pbs)
