@@ -410,9 +410,13 @@ class GuardedWrites:
         if not self.args:
             return
         args = [lease.identity, lease.generation, *self.args]
-        if not int(lease._guarded(keys=[lease.key], args=args)):
-            lease._lose("another collector holds the lease")
-            raise LeaseLost(lease.why)
+        if int(lease._guarded(keys=[lease.key], args=args)):
+            return
+        # ran out (a long stall): taken back if nobody took it since, else lost
+        if lease.renew() and int(lease._guarded(keys=[lease.key], args=args)):
+            return
+        lease._lose("another collector holds the lease")
+        raise LeaseLost(lease.why)
 
 
 def describe(r: redis.Redis, keys: SiteKeys) -> dict[str, Any]:

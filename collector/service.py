@@ -96,6 +96,8 @@ class CollectorService:
         self.guarded_epoch = self.redis.register_script(EPOCH_LUA + GUARDED_EPOCH_TAIL)
         self.takeovers = 0
         self.step_downs = 0
+        self.reload = False  # reload the tracker from Redis at the next epoch check
+        self.looping = False  # in run(): the lease kept by a thread, follow mode started
         self.backend_name = backend_name
         self.stop_event = threading.Event()
         self.failures = 0
@@ -162,16 +164,21 @@ class CollectorService:
     def ensure_lease(self) -> None:
         """Before a cycle: renew the lease (a collector driven cycle by cycle
         takes it at its first); raise :class:`LeaseLost` if it was lost."""
-        if self.lease.lost.is_set():  # lost since the last cycle: take it again if free
+        if self.lease.held:
+            try:
+                self.lease.check()
+                return
+            except LeaseLost:
+                pass
+        if self.lease.lost.is_set() or self.lease.generation:  # lost: take it again if free
             self.step_down()
             holding = self.try_lease()
             if not holding.ours:
                 raise LeaseLost(f"{holding.holder} holds the lease now")
+            if self.looping:
+                self.begin()
             return
-        if self.lease.held:
-            self.lease.check()
-        else:
-            self.acquire_lock()
+        self.acquire_lock()
 
     def took_over(self) -> None:
         """The lease is ours (generation N): the first cycle reconciles, from
@@ -182,8 +189,10 @@ class CollectorService:
             self.state.cycle = max(self.state.cycle, fresh.cycle)
             self.epoch = fresh.epoch or self.epoch
         self.collector.last_cycle = max(self.collector.last_cycle, self.state.cycle)
-        if self.collector.tracker is not None:
-            self.collector.load()  # reloads fingerprints; the plan reconciles next
+        # Held before (stepped down, took it again): what Redis holds now is
+        # reloaded at the epoch check (a new epoch: what this tracker knew and
+        # Redis lost is shipped again; else another collector wrote meanwhile).
+        self.reload = self.collector.tracker is not None
         self.collector.plan.reset()
         log.info(
             "holding the lease of site %s (generation %d): the first cycle reconciles",
@@ -228,13 +237,15 @@ class CollectorService:
 
     def step_down(self) -> None:
         """The lease is lost: write nothing more, drop what is in hand (pokes,
-        re-checks, the tracker: a later takeover reloads it from Redis)."""
+        re-checks; a shipment in hand was refused).  The tracker is reloaded
+        from Redis if the lease comes back (see :meth:`took_over`)."""
+        if not self.lease.generation:
+            return  # stepped down already
         self.step_downs += 1
         log.warning("stepping down: %s; waiting as a standby", self.lease.why,
                     extra={"fields": {"generation": self.lease.generation}})  # fmt: skip
         self.stop_follow()
         self.lease.stepped_down()
-        self.collector.tracker = None
         if self.metrics is not None:
             self.metrics.lease_changed(False, 0, stepped_down=True)
 
@@ -256,6 +267,7 @@ class CollectorService:
         ok = False
         feed_up = True
         n = 0
+        self.looping = True
         try:
             self.begin()
             while not self.stop_event.is_set():
@@ -277,6 +289,7 @@ class CollectorService:
         except LeaseLost:
             ok = False
         finally:
+            self.looping = False
             self.stop_follow()
             if self.lease.held:
                 try:
@@ -479,12 +492,19 @@ class CollectorService:
                 self.lease.generation]  # fmt: skip
         epoch, cause, cycle = self.guarded_epoch(keys=[self.keys.meta, self.lease.key], args=args)
         if _s(epoch) == "lost":
-            self.lease.check()  # raises LeaseLost, saying who holds it
-            raise LeaseLost("the lease was lost")
+            self.lease.check()  # raises LeaseLost (saying who holds it) unless taken back
+            epoch, cause, cycle = self.guarded_epoch(
+                keys=[self.keys.meta, self.lease.key], args=args
+            )
+            if _s(epoch) == "lost":
+                raise LeaseLost("the lease was lost")
         check = EpochCheck(_s(epoch), _s(cause), int(cycle))
         if self.metrics is not None:
             self.metrics.set_epoch(check.epoch)
+        reload, self.reload = self.reload, False
         if check.epoch == self.epoch:
+            if reload:
+                self.collector.load()  # the lease again: what Redis holds now
             return
         if self.epoch is not None:
             why = CAUSES.get(check.cause, "another writer began it")
@@ -493,11 +513,15 @@ class CollectorService:
                 extra={"fields": {"previous_epoch": self.epoch, "cause": check.cause}},
             )  # fmt: skip
             self.collector.resume_after_loss()
+        elif reload:
+            self.collector.load()
         self.epoch = check.epoch
         self.write_meta_start()
 
     # -- meta ------------------------------------------------------------------------------
     def write_meta_start(self) -> None:
+        if not self.lease.held and not self.lease.lost.is_set():  # driven by hand: take it
+            self.acquire_lock()
         self.lease.guarded().hset(
             self.keys.meta,
             mapping={
