@@ -89,7 +89,7 @@ def test_standby_collector_on_real_slurm(clean, redis_server, tmp_path):
         took_kill = time.monotonic() - killed
         assert describe(r, K)["generation"] == generation + 2
         print(f"takeover after SIGSTOP {took_stop:.2f} s, after SIGKILL {took_kill:.2f} s "
-              f"(lease {LEASE:g} s; a dead process of this host is taken over at once)")  # fmt: skip
+              f"(lease {LEASE:g} s; a dead process of this host goes at once)")  # fmt: skip
         assert took_stop <= LEASE + 1.5 and took_kill <= LEASE + 1.5
 
         jobs = [f"{arr}_{i}" for arr in (first, second) for i in range(1, 9)]
