@@ -427,9 +427,8 @@ def describe(r: redis.Redis, keys: SiteKeys) -> dict[str, Any]:
     pipe.pttl(lease_key(keys))
     pipe.hgetall(standbys_key(keys))
     pipe.hget(keys.meta, GENERATION)
-    pipe.time()
-    held, pttl, standbys, counter, (sec, usec) = pipe.execute()
-    now_ms = sec * 1000 + usec // 1000
+    held, pttl, standbys, counter = pipe.execute()
+    now_ms = int(time.time() * 1000)  # (the operator's user may not run TIME)
     info: dict[str, Any] = {"holder": None, "generation": int(counter or 0), "standbys": []}
     if held:
         h = {_s(k): _s(v) for k, v in held.items()}
