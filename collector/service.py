@@ -268,15 +268,20 @@ class CollectorService:
         feed_up = True
         n = 0
         self.looping = True
+        begun = False
         try:
-            self.begin()
             while not self.stop_event.is_set():
                 if not self.lease.held:
                     self.step_down()
                     if not self.wait_for_lease():
                         break
-                    self.begin()
-                    continue
+                    begun = False
+                if not begun:
+                    try:
+                        self.begin()
+                    except LeaseLost:
+                        continue  # lost again at once: back to waiting
+                    begun = True
                 started = time.monotonic()
                 ok = self.run_one()
                 n += 1
@@ -286,8 +291,6 @@ class CollectorService:
                 self.wait_serving_pokes(started + delay)
             if self.feed is not None and max_cycles is not None:
                 feed_up = self.feed.wait_started(self.feed_wait)
-        except LeaseLost:
-            ok = False
         finally:
             self.looping = False
             self.stop_follow()
