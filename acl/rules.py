@@ -93,11 +93,12 @@ SETINFO = "client|setinfo"
 # and its pub/sub command channel).  Lua scripts run with these permissions too.
 WRITER_COMMANDS = (
     # connection
-    "ping", "select", "info", "client|setname", "client|getname", "client|id", "client|info",
+    "ping", "select", "info", "time", "client|setname", "client|getname", "client|id",
+    "client|info",
     # transactions and scripts
     "multi", "exec", "discard", "watch", "unwatch", "evalsha", "script|load", "script|exists",
     # strings and keys
-    "get", "set", "del", "exists", "expire", "persist", "ttl", "rename",
+    "get", "set", "del", "exists", "expire", "pexpire", "persist", "ttl", "pttl", "rename",
     # hashes
     "hget", "hmget", "hgetall", "hset", "hdel", "hincrby", "hincrbyfloat", "hexists", "hlen",
     "hscan",

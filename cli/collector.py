@@ -137,6 +137,13 @@ from .options import (
     " (default: $STATE_DIRECTORY/SITE under systemd, /var/lib/jobtap/SITE as root,"
     " else $XDG_STATE_HOME/jobtap/SITE).",
 )
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=0.5),
+    default=None,
+    help="Seconds the site's lease lasts without renewal: a standby collector takes over"
+    " that long after the active one stops (default: 3 x --interval, at most 15).",
+)
 @metrics_options
 @log_options
 def collector(
@@ -173,12 +180,17 @@ def collector(
     follow,
     max_refresh,
     state_dir,
+    lease,
     metrics_port,
     metrics_addr,
     log_format,
     log_level,
 ):
-    """Stat the scheduler every INTERVAL seconds and ship what changed."""
+    """Stat the scheduler every INTERVAL seconds and ship what changed.
+
+    One collector per site is active; another one started for the site waits as
+    a standby and takes over within the lease once the active one stops (with
+    --once or --cycles it exits at once instead)."""
     from pathlib import Path
 
     from jobtap.collector.backends import make_backend
@@ -238,6 +250,7 @@ def collector(
         max_refresh=max_refresh,
         state=state,
         metrics=metrics,
+        lease=lease,
     )
     service.install_signal_handlers()
     try:

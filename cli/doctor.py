@@ -72,14 +72,14 @@ def _newer(a: str, b: str) -> bool:
 def check_collector(r: redis.Redis, keys: SiteKeys, meta: dict[str, str]) -> Check:
     if not meta:
         return Check("collector", FAIL, "no collector has ever written this site")
-    holder = r.get(f"{keys.base}:collector")
+    holder = r.hget(f"{keys.base}:collector", "holder")  # the lease (collector/lease.py)
     if holder is None:
         return Check("collector", FAIL, f"not running (status {meta.get('status', '?')}, "
                      f"stopped at {meta.get('stopped_at', '?')})")  # fmt: skip
-    host, _, rest = holder.decode().partition(" ")
+    host, _, rest = holder.decode().partition(":")
     interval = float(meta.get("interval") or 5)
     age = _age(meta.get("last_cycle_at"))
-    where = f"on {host} (pid {rest.split(' ')[0]}), backend {meta.get('backend', '?')}"
+    where = f"on {host} (pid {rest.split(':')[0]}), backend {meta.get('backend', '?')}"
     if age is None:
         return Check("collector", WARN, f"running {where}, no cycle done yet")
     if age > 3 * interval + 30:

@@ -43,6 +43,9 @@ def status(redis_url, site, queue_redis, as_json):
         }
     info["streams"]["events"] = r.xlen(keys.events)
     info["jobs_known"] = r.hlen(keys.owner)
+    from jobtap.collector.lease import describe
+
+    info["lease"] = describe(r, keys)
     if as_json:
         click.echo(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
         return
@@ -57,6 +60,8 @@ def status(redis_url, site, queue_redis, as_json):
         f"  last cycle   {meta.get('last_cycle', '-')} at {meta.get('last_cycle_at', '-')}"
         f" took {meta.get('last_duration_s', '-')}s"
     )
+    for line in lease_lines(info["lease"], meta):
+        click.echo(line)
     for line in tier_lines(meta):
         click.echo(line)
     click.echo(f"  epoch        {_epoch_line(meta)}")
@@ -107,6 +112,42 @@ def status(redis_url, site, queue_redis, as_json):
     for name, qi in info["queues"].items():
         click.echo(f"  queue        {name}: {qi['waiting']} waiting, {qi['failed']} failed")
     click.echo(f"  site stream  {info['streams']['events']} events")
+
+
+def lease_lines(lease: dict, meta: dict[str, str]) -> list[str]:
+    """Who holds the site's lease (generation, when it runs out), and the
+    standbys waiting for it (docs/operations.md, "Standby collectors")."""
+    if lease.get("holder"):
+        line = (
+            f"  lease        held by {lease['holder']}, generation {lease['generation']},"
+            f" expires in {lease['expires_in_s']:.1f}s unless renewed"
+            f" (lease {lease['duration_s']:g}s, since {lease.get('acquired_at', '?')})"
+        )
+        if lease.get("previous"):
+            line += f"; took over from {lease['previous']}"
+    else:
+        line = (
+            "  lease        "
+            + click.style("free", fg="red", bold=True)
+            + f" (last generation {lease.get('generation', 0)}): no active collector"
+        )
+        if lease.get("standbys"):
+            line += ", a standby takes over at its next poll"
+    lines = [line]
+    label = "  standby     "
+    for sb in lease.get("standbys", []):
+        lines.append(
+            f"{label} {sb['holder']} waiting since {sb.get('since', '?')}"
+            f" (asked {sb['seen_s_ago']:g}s ago)"
+        )
+        label = "             "
+    if not lease.get("standbys"):
+        lines.append("  standby      none")
+    if meta.get("fenced_chunks"):
+        lines.append(
+            f"  fenced       {meta['fenced_chunks']} chunks of deposed collectors dropped unwritten"
+        )
+    return lines
 
 
 def tier_lines(meta: dict[str, str]) -> list[str]:

@@ -48,6 +48,7 @@ from .backends.base import (
     check_object_id,
 )
 from .fingerprint import fingerprint, fingerprint_all
+from .lease import Lease, LeaseLost
 from .nodewatch import ON_NODES, NodeWatch
 from .plan import (
     LISTING,
@@ -339,6 +340,11 @@ class Collector:
         self._costs_at: float | None = None
         self._costs_ok = self._costs_failed = False
         self._reads_since_sample = 0
+        # The site lease (collector/lease.py), set by the service: checked before
+        # each write to Redis (the cycle counter, the shipment, the history
+        # window); its generation goes into every chunk.  None: no lease (tests
+        # and benchmarks that drive cycles by hand).
+        self.lease: Lease | None = None
         self.plan = ObservationPlan(
             reconcile_every=reconcile_every,
             probing=self.prober is not None,
@@ -392,6 +398,8 @@ class Collector:
     def next_cycle(self) -> int:
         """The next cycle number: persisted in ``meta``, monotonic even if Redis
         lost it (chunks of older cycles may still sit in a separate queue Redis)."""
+        if self.lease is not None:
+            self.lease.check()
         with self._cycle_lock:  # a refresh may run beside a cycle (service._run_cycle)
             cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
             if cycle <= self.last_cycle:
@@ -635,17 +643,25 @@ class Collector:
         """Enqueue the chunks (and drop forgotten fingerprints) in one round trip,
         then remember what was shipped (or leave that to ``deferred``)."""
         forget = shipment.forget
+        lease = self.lease
         with self._watch(report, "ship"):
             try:
+                if lease is not None:  # still ours (one round trip), with this generation
+                    lease.check()
+                    self.shipper.lease = lease.generation
                 pipe = self.shipper.redis.pipeline(transaction=False)
                 report.counts["chunks"] = self.shipper.ship(
                     report.cycle, report.observed_at, shipment.batches, pipeline=pipe
                 )
-                if forget and self.shipper.redis is self.redis:
+                if forget and self.shipper.redis is self.redis and lease is None:
                     pipe.hdel(self.keys.fingerprints, *forget)
                     forget = []
-                pipe.execute()
-                if forget:
+                if lease is not None:  # not run out since (by this host's clock)
+                    lease.still_valid()
+                self._send(pipe)
+                if forget and lease is not None:
+                    lease.guarded().hdel(self.keys.fingerprints, *forget).execute()
+                elif forget:
                     self.redis.hdel(self.keys.fingerprints, *forget)
             except redis.RedisError as exc:
                 raise CycleFailed(f"redis: {exc}") from exc
@@ -654,6 +670,11 @@ class Collector:
             return
         for step in shipment.on_shipped:
             step()
+
+    def _send(self, pipe: redis.client.Pipeline) -> None:
+        """Send the shipment: a process paused here past its lease ships chunks
+        of a deposed generation, which the workers drop (workers/fence.lua)."""
+        pipe.execute()
 
     def _normalise_jobs(
         self, natives: dict[str, Native], ids: list[str], report: CycleReport, bad: dict[str, str]
@@ -870,8 +891,12 @@ class Collector:
         for jid in done:
             self.recent_finals[jid] = now
         try:
-            self.redis.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}")
-        except redis.RedisError as exc:  # only a restart's first window is at stake
+            if self.lease is None:
+                self.redis.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}")
+            else:
+                guarded = self.lease.guarded()
+                guarded.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}").execute()
+        except (redis.RedisError, LeaseLost) as exc:  # only a restart's first window is at stake
             log.warning("cannot note the history window: %s", exc)
 
     def _learn_job_nodes(self, natives: dict[str, Native], report: CycleReport) -> None:

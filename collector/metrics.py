@@ -103,6 +103,9 @@ class _Counted(Collector):
         self.sources: list[tuple[str, str, Callable[[], int]]] = []
 
     def add(self, name: str, doc: str, read: Callable[[], int]) -> None:
+        """Count ``read()`` as ``name`` (in place of an earlier source of that
+        name: follow mode starts again after a takeover)."""
+        self.sources = [src for src in self.sources if src[0] != name]
         self.sources.append((name, doc, read))
 
     def collect(self) -> Iterator[Metric]:
@@ -195,6 +198,26 @@ class CollectorMetrics:
             ["site", "epoch"], registry=reg,
         )  # fmt: skip
         self._epoch: str | None = None
+        self.lease_held = Gauge(
+            "jobtap_collector_lease_held",
+            "1 while this collector holds the site's lease (active), 0 while it waits (standby).",
+            ["site"], registry=reg,
+        ).labels(site)  # fmt: skip
+        self.lease_generation = Gauge(
+            "jobtap_collector_lease_generation",
+            "The generation of the site's lease this collector holds, or last saw held.",
+            ["site"], registry=reg,
+        ).labels(site)  # fmt: skip
+        self.takeovers = Counter(
+            "jobtap_collector_lease_takeovers",
+            "Times this collector took the site's lease (its start included).",
+            ["site"], registry=reg,
+        ).labels(site)  # fmt: skip
+        self.step_downs = Counter(
+            "jobtap_collector_lease_step_downs",
+            "Times this collector lost the site's lease and stepped down to a standby.",
+            ["site"], registry=reg,
+        ).labels(site)  # fmt: skip
         self.counted = _Counted(site)
         reg.register(self.counted)
 
@@ -225,6 +248,17 @@ class CollectorMetrics:
 
     def cycle_failed(self, message: str, tier: str = FULL) -> None:
         self.failures.labels(self.site, tier, failure_cause(message)).inc()
+
+    def lease_changed(
+        self, held: bool, generation: int, *, took_over: bool = False, stepped_down: bool = False
+    ) -> None:
+        self.lease_held.set(1 if held else 0)
+        if generation:
+            self.lease_generation.set(generation)
+        if took_over:
+            self.takeovers.inc()
+        if stepped_down:
+            self.step_downs.inc()
 
     def set_epoch(self, epoch: str) -> None:
         if epoch == self._epoch:

@@ -3,8 +3,13 @@
 - one cycle every ``interval`` seconds; a failed cycle (scheduler down, command
   timing out, garbage output, Redis away) changes nothing, is written to the
   ``meta`` hash and backs off exponentially up to ``max_backoff``;
-- one collector per site: a lock key names the holder (host and pid); a dead
-  holder on this host is taken over at once, elsewhere when its lock expires;
+- one active collector per site, holding the site's lease (collector/lease.py:
+  ``lease`` seconds, 3 x the interval and at most 15 s by default); a second
+  one waits as a standby and takes over within the lease once the active one
+  stops renewing it (at once if it was a dead process on this host); the new
+  holder's first cycle is a reconciliation; a collector that finds the lease
+  gone (paused past it, Redis lost it) writes nothing more and steps down
+  to a standby;
 - before every cycle it makes sure of the site's epoch (``workers/epoch.py``);
   when a new one began (Redis came back empty, restarted, failed over, or went
   back to an older snapshot, which only the collector's own last cycle, kept on
@@ -25,7 +30,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -34,13 +38,14 @@ import redis
 
 from jobtap.connection import publish_command
 from jobtap.schema import EXITING, JOB, TERMINAL
-from jobtap.workers.epoch import CAUSES, EpochGuard
+from jobtap.workers.epoch import CAUSES, EPOCH_LUA, EpochCheck, epoch_args
 
 from . import plan
 from .backends.base import EventFeed, Native, RecordsAtHand, RecordsInPokes
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 from .hoststate import HostState
+from .lease import GUARDED_EPOCH_TAIL, Holding, Lease, LeaseLost, default_lease
 from .metrics import FULL, PROBE, PUSHED, REFRESH, CollectorMetrics, failure_cause
 
 log = logging.getLogger("jobtap.collector")
@@ -70,7 +75,8 @@ class CollectorService:
         *,
         interval: float = 5.0,
         max_backoff: float = 60.0,
-        lock_ttl: int | None = None,
+        lease: float | None = None,
+        host: str = HOST,
         backend_name: str = "",
         follow: bool = False,
         max_refresh: int = 1000,
@@ -84,16 +90,21 @@ class CollectorService:
         self.keys = collector.keys
         self.interval = interval
         self.max_backoff = max_backoff
-        self.lock_ttl = lock_ttl or int(max(30, 4 * interval, 2 * max_backoff))
-        self.lock_key = f"{self.keys.base}:collector"
-        self.holder = f"{HOST} {os.getpid()} {uuid.uuid4().hex[:6]}"
+        self.lease = Lease(self.redis, self.keys, duration=lease or default_lease(interval),
+                           host=host)  # fmt: skip
+        self.holder = self.lease.identity
+        collector.lease = self.lease
+        self.guarded_epoch = self.redis.register_script(EPOCH_LUA + GUARDED_EPOCH_TAIL)
+        self.takeovers = 0
+        self.step_downs = 0
+        self.reload = False  # reload the tracker from Redis at the next epoch check
+        self.looping = False  # in run(): the lease kept by a thread, follow mode started
         self.backend_name = backend_name
         self.stop_event = threading.Event()
         self.failures = 0
         self.state = state or HostState()
         self.epoch: str | None = self.state.epoch  # the epoch this collector wrote in
         collector.last_cycle = max(collector.last_cycle, self.state.cycle)
-        self.guard = EpochGuard(self.redis)
         self.follow = follow
         collector.plan.reads.interval = interval  # follow mode's read budget is per interval
         self.max_refresh = max_refresh
@@ -125,55 +136,153 @@ class CollectorService:
         signal.signal(signal.SIGINT, handler)
 
     def acquire_lock(self) -> None:
-        """Take the site's collector lock or raise :class:`AlreadyRunning`."""
-        if self.redis.set(self.lock_key, self.holder, nx=True, ex=self.lock_ttl):
-            return
-        current = self.redis.get(self.lock_key)
-        current = current.decode() if current else ""
-        if current == self.holder:  # ours already (cycles were run before the loop)
-            return
-        host, _, rest = current.partition(" ")
-        pid = rest.split(" ")[0] if rest else ""
-        if host == HOST and pid.isdigit() and not _alive(int(pid)):
-            log.warning("taking over the lock of dead collector %s", current)
-            self.redis.set(self.lock_key, self.holder, ex=self.lock_ttl)
-            return
-        raise AlreadyRunning(
-            f"another collector holds site {self.keys.site!r} ({current or 'unknown'});"
-            f" it expires {self.redis.ttl(self.lock_key)}s after that collector stops"
-        )
+        """Take the site's lease now or raise :class:`AlreadyRunning`."""
+        holding = self.try_lease()
+        if not holding.ours:
+            raise AlreadyRunning(
+                f"another collector holds site {self.keys.site!r} ({holding.holder or 'unknown'},"
+                f" generation {holding.generation}); its lease runs out"
+                f" {holding.ttl_ms / 1000:.1f}s after that collector stops renewing it"
+            )
 
-    def refresh_lock(self) -> None:
-        current = self.redis.get(self.lock_key)
-        if current is not None and current.decode() != self.holder:
-            raise AlreadyRunning(f"lost the collector lock of {self.keys.site!r} to {current!r}")
-        self.redis.set(self.lock_key, self.holder, ex=self.lock_ttl)
+    def try_lease(self) -> Holding:
+        """One try at the lease (a standby registers itself if it fails); a
+        holder that is a dead process of this host is taken over at once."""
+        holding = self.lease.acquire()
+        if not holding.ours:
+            host, _, rest = holding.holder.partition(":")
+            pid = rest.split(":")[0]
+            if host == self.lease.host and pid.isdigit() and not _alive(int(pid)):
+                log.warning("taking over the lease of dead collector %s", holding.holder)
+                holding = self.lease.acquire(dead=holding.holder)
+        if holding.ours:
+            self.took_over()
+        return holding
 
     def release_lock(self) -> None:
-        try:
-            if self.redis.get(self.lock_key) == self.holder.encode():
-                self.redis.delete(self.lock_key)
-        except redis.RedisError:
-            pass
+        self.lease.release()
+
+    def ensure_lease(self) -> None:
+        """Before a cycle: renew the lease (a collector driven cycle by cycle
+        takes it at its first); raise :class:`LeaseLost` if it was lost."""
+        if self.lease.held:
+            try:
+                self.lease.check()
+                return
+            except LeaseLost:
+                pass
+        if self.lease.lost.is_set() or self.lease.generation:  # lost: take it again if free
+            self.step_down()
+            holding = self.try_lease()
+            if not holding.ours:
+                raise LeaseLost(f"{holding.holder} holds the lease now")
+            if self.looping:
+                self.begin()
+            return
+        self.acquire_lock()
+
+    def took_over(self) -> None:
+        """The lease is ours (generation N): the first cycle reconciles, from
+        what Redis holds (the host state may be stale or absent here)."""
+        self.takeovers += 1
+        if self.state.path is not None:  # another collector of this host may have run since
+            fresh = HostState.load(self.state.path)
+            self.state.cycle = max(self.state.cycle, fresh.cycle)
+            self.epoch = fresh.epoch or self.epoch
+        self.collector.last_cycle = max(self.collector.last_cycle, self.state.cycle)
+        # Held before (stepped down, took it again): what Redis holds now is
+        # reloaded at the epoch check (a new epoch: what this tracker knew and
+        # Redis lost is shipped again; else another collector wrote meanwhile).
+        self.reload = self.collector.tracker is not None
+        self.collector.plan.reset()
+        log.info(
+            "holding the lease of site %s (generation %d): the first cycle reconciles",
+            self.keys.site, self.lease.generation,
+            extra={"fields": {"holder": self.holder, "generation": self.lease.generation}},
+        )  # fmt: skip
+        if self.metrics is not None:
+            self.metrics.lease_changed(True, self.lease.generation, took_over=True)
+
+    def wait_for_lease(self, *, standby: bool = True) -> bool:
+        """Take the lease, waiting as a standby while another collector holds it
+        (polling at a fifth of the lease, and just after it runs out); False if
+        stopped meanwhile.  Without ``standby``, raise :class:`AlreadyRunning`."""
+        said = ""
+        while not self.stop_event.is_set():
+            try:
+                holding = self.try_lease()
+            except redis.RedisError as exc:
+                log.warning("cannot reach Redis for the lease: %s", exc)
+                self.stop_event.wait(self.lease.poll)
+                continue
+            if holding.ours:
+                return True
+            if not standby:
+                self.acquire_lock()  # raises AlreadyRunning with the holder's name
+            if said != holding.holder:
+                said = holding.holder
+                log.info(
+                    "standby for site %s: %s holds it (generation %d, expires in %.1fs);"
+                    " taking over when it stops renewing", self.keys.site, holding.holder,
+                    holding.generation, holding.ttl_ms / 1000,
+                    extra={"fields": {"standby": self.holder, "holder": holding.holder}},
+                )  # fmt: skip
+                if self.metrics is not None:
+                    self.metrics.lease_changed(False, holding.generation)
+            wait = self.lease.poll
+            if holding.ttl_ms > 0:
+                wait = min(wait, holding.ttl_ms / 1000 + 0.005)
+            self.stop_event.wait(wait)
+        self.lease.leave_standby()
+        return False
+
+    def step_down(self) -> None:
+        """The lease is lost: write nothing more, drop what is in hand (pokes,
+        re-checks; a shipment in hand was refused).  The tracker is reloaded
+        from Redis if the lease comes back (see :meth:`took_over`)."""
+        if not self.lease.generation:
+            return  # stepped down already
+        self.step_downs += 1
+        log.warning("stepping down: %s; waiting as a standby", self.lease.why,
+                    extra={"fields": {"generation": self.lease.generation}})  # fmt: skip
+        self.stop_follow()
+        self.lease.stepped_down()
+        if self.metrics is not None:
+            self.metrics.lease_changed(False, 0, stepped_down=True)
 
     # -- the loop ------------------------------------------------------------------------
-    def run(self, *, max_cycles: int | None = None) -> int:
+    def run(self, *, max_cycles: int | None = None, standby: bool | None = None) -> int:
         """Run cycles until stopped (or ``max_cycles``); return an exit status:
-        0 if the last cycle succeeded, 1 if it failed.  In follow mode, pokes
-        are served between full cycles; with ``max_cycles`` and an event feed,
-        the feed's first run is waited for (``feed_wait`` seconds at most) and
-        a feed that did not come up makes the status :data:`FEED_FAILED` (a
-        feed that can never start must not pass for a quiet one)."""
-        self.acquire_lock()
-        self.write_meta_start()
-        self.redis.hdel(self.keys.meta, *FEED_FIELDS)  # an earlier run's
-        if self.follow:
-            self.start_follow()
+        0 if the last cycle succeeded, 1 if it failed.  While another collector
+        holds the site's lease, wait as a standby (``standby``, by default
+        unless ``max_cycles`` is given: else :class:`AlreadyRunning`).  In
+        follow mode, pokes are served between full cycles; with ``max_cycles``
+        and an event feed, the feed's first run is waited for (``feed_wait``
+        seconds at most) and a feed that did not come up makes the status
+        :data:`FEED_FAILED` (a feed that can never start must not pass for a
+        quiet one)."""
+        if standby is None:
+            standby = max_cycles is None
+        if not self.lease.held and not self.wait_for_lease(standby=standby):
+            return 0
         ok = False
         feed_up = True
         n = 0
+        self.looping = True
+        begun = False
         try:
             while not self.stop_event.is_set():
+                if not self.lease.held:
+                    self.step_down()
+                    if not self.wait_for_lease():
+                        break
+                    begun = False
+                if not begun:
+                    try:
+                        self.begin()
+                    except LeaseLost:
+                        continue  # lost again at once: back to waiting
+                    begun = True
                 started = time.monotonic()
                 ok = self.run_one()
                 n += 1
@@ -184,17 +293,36 @@ class CollectorService:
             if self.feed is not None and max_cycles is not None:
                 feed_up = self.feed.wait_started(self.feed_wait)
         finally:
-            if self.feed is not None:
-                self.feed.stop()
-                self.feed.join(timeout=5)
+            self.looping = False
+            self.stop_follow()
+            if self.lease.held:
+                try:
+                    self.lease.guarded().hset(
+                        self.keys.meta, mapping={"status": "stopped", "stopped_at": _now()}
+                    ).execute()
+                except (redis.RedisError, LeaseLost):
+                    pass
             self.release_lock()
-            try:
-                self.redis.hset(self.keys.meta, mapping={"status": "stopped", "stopped_at": _now()})
-            except redis.RedisError:
-                pass
         if not ok:
             return 1
         return 0 if feed_up else FEED_FAILED
+
+    def begin(self) -> None:
+        """The lease is ours: renew it in the background, say so in ``meta``,
+        start follow mode."""
+        self.lease.start_keeper()
+        self.write_meta_start()
+        self.lease.guarded().hdel(self.keys.meta, *FEED_FIELDS).execute()  # an earlier run's
+        if self.follow:
+            self.start_follow()
+
+    def stop_follow(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
+            self.feed.join(timeout=5)
+            self.feed = None
+        self.pokes = None
+        self.rechecks.clear()
 
     def start_follow(self) -> None:
         self.pokes = PokeReader(self.redis, self.keys)
@@ -204,7 +332,7 @@ class CollectorService:
             self.feed = FeedThread(backend, self.redis, self.keys)
             self.feed.start()
             feed = f"{getattr(backend, 'scheduler', 'scheduler')} event feed"
-        self.redis.hset(self.keys.meta, mapping={"follow": 1, "feed": feed})
+        self.lease.guarded().hset(self.keys.meta, mapping={"follow": 1, "feed": feed}).execute()
         if self.metrics is not None:
             self.metrics.watch_pokes(self.pokes)
             if self.feed is not None:
@@ -214,7 +342,7 @@ class CollectorService:
     def wait_serving_pokes(self, deadline: float) -> None:
         """Until ``deadline`` (the next full cycle), refresh poked jobs as they
         come; without follow mode, just wait."""
-        while not self.stop_event.is_set():
+        while not self.stop_event.is_set() and self.lease.held:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -227,6 +355,8 @@ class CollectorService:
             try:
                 if self.pokes.read(block_ms=max(1, int(wait * 1000))):
                     self.note_pokes_read()
+            except LeaseLost:
+                return  # the loop steps down
             except redis.RedisError as exc:
                 log.warning("poke stream: %s", exc)
                 self.stop_event.wait(min(left, 1.0))
@@ -262,7 +392,7 @@ class CollectorService:
             fields["probe_seen"] = self.pokes.probes[-1]
             fields["probe_seen_at"] = _now()
             self.pokes.probes.clear()
-        self.redis.hset(self.keys.meta, mapping=fields)
+        self.lease.guarded().hset(self.keys.meta, mapping=fields).execute()
 
     def next_recheck(self) -> float:
         return min((due for due, _ in self.rechecks.values()), default=float("inf"))
@@ -358,19 +488,22 @@ class CollectorService:
                 for jid in ids:
                     self.pokes.ended.discard(jid)
                     self.rechecks.pop(jid, None)
+        except LeaseLost as exc:
+            log.warning("refresh of %d poked jobs dropped: %s", len(ids), exc)
+            return False
         except (CycleFailed, redis.RedisError) as exc:
             log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
             if self.metrics is not None:
                 self.metrics.cycle_failed(str(exc), REFRESH)
             try:
-                self.redis.hincrby(self.keys.meta, "refreshes_failed", 1)
-            except redis.RedisError:
+                self.lease.guarded().hincrby(self.keys.meta, "refreshes_failed", 1).execute()
+            except (redis.RedisError, LeaseLost):
                 pass
             return False
         if self.metrics is not None:
             self.metrics.cycle_done(report, time.perf_counter() - t0, REFRESH)
         try:
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.lease.guarded()
             pipe.hincrby(self.keys.meta, "refreshes", 1)
             pipe.hincrby(self.keys.meta, "poked_jobs_refreshed", report.counts.get("poked", 0))
             pipe.hset(self.keys.meta, mapping={
@@ -380,7 +513,7 @@ class CollectorService:
                 "pokes_dropped": self.pokes.dropped,
             })  # fmt: skip
             pipe.execute()
-        except redis.RedisError:
+        except (redis.RedisError, LeaseLost):
             pass
         log.debug("refreshed %d poked jobs", len(ids), extra={"fields": report.counts})
         return True
@@ -391,17 +524,23 @@ class CollectorService:
     def run_one(self) -> bool:
         t0 = time.perf_counter()
         try:
+            self.ensure_lease()
             self.check_epoch()
-            self.refresh_lock()
             report = self._run_cycle()
             self.state.save(self.epoch, report.cycle)
+        except LeaseLost as exc:  # wrote nothing; the loop steps down
+            log.warning("cycle dropped: %s", exc)
+            return False
         except CycleFailed as exc:
             self.failed(str(exc), time.perf_counter() - t0)
             return False
         except redis.RedisError as exc:
             self.failed(f"redis: {exc}", time.perf_counter() - t0)
             return False
-        self.succeeded(report, time.perf_counter() - t0)
+        try:
+            self.succeeded(report, time.perf_counter() - t0)
+        except LeaseLost as exc:
+            log.warning("lost the lease after cycle %d: %s", report.cycle, exc)
         return True
 
     def _run_cycle(self) -> CycleReport:
@@ -465,10 +604,23 @@ class CollectorService:
         """Make sure of the site's epoch (beginning a new one if Redis' data is
         not the continuation of what was written); if it is not the one this
         collector wrote in, reload what Redis holds and ship every difference."""
-        check = self.guard.ensure(self.keys, self.collector.last_cycle, owner=True)
+        args = [*epoch_args(self.collector.last_cycle, owner=True), self.holder,
+                self.lease.generation]  # fmt: skip
+        epoch, cause, cycle = self.guarded_epoch(keys=[self.keys.meta, self.lease.key], args=args)
+        if _s(epoch) == "lost":
+            self.lease.check()  # raises LeaseLost (saying who holds it) unless taken back
+            epoch, cause, cycle = self.guarded_epoch(
+                keys=[self.keys.meta, self.lease.key], args=args
+            )
+            if _s(epoch) == "lost":
+                raise LeaseLost("the lease was lost")
+        check = EpochCheck(_s(epoch), _s(cause), int(cycle))
         if self.metrics is not None:
             self.metrics.set_epoch(check.epoch)
+        reload, self.reload = self.reload, False
         if check.epoch == self.epoch:
+            if reload:
+                self.collector.load()  # the lease again: what Redis holds now
             return
         if self.epoch is not None:
             why = CAUSES.get(check.cause, "another writer began it")
@@ -477,12 +629,16 @@ class CollectorService:
                 extra={"fields": {"previous_epoch": self.epoch, "cause": check.cause}},
             )  # fmt: skip
             self.collector.resume_after_loss()
+        elif reload:
+            self.collector.load()
         self.epoch = check.epoch
         self.write_meta_start()
 
     # -- meta ------------------------------------------------------------------------------
     def write_meta_start(self) -> None:
-        self.redis.hset(
+        if not self.lease.held and not self.lease.lost.is_set():  # driven by hand: take it
+            self.acquire_lock()
+        self.lease.guarded().hset(
             self.keys.meta,
             mapping={
                 "status": "starting",
@@ -494,8 +650,9 @@ class CollectorService:
                 "collector": self.holder,
                 "started_at": _now(),
                 "follow": int(self.follow),
+                "lease_holder": self.holder,
             },
-        )
+        ).execute()
 
     def succeeded(self, report: CycleReport, duration: float) -> None:
         self.failures = 0
@@ -515,7 +672,7 @@ class CollectorService:
         fields.update(report.tier_fields(duration))
         if self.feed is not None:
             fields["feed_restarts"] = self.feed.restarts
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.lease.guarded()
         pipe.hset(self.keys.meta, mapping=fields)
         pipe.hincrby(self.keys.meta, "cycles_ok", 1)
         pipe.hincrby(self.keys.meta, f"cycles_{report.tier}", 1)
@@ -570,14 +727,18 @@ class CollectorService:
             "consecutive_failures": self.failures,
         }
         try:
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.lease.guarded()
             pipe.hset(self.keys.meta, mapping=fields)
             pipe.hincrby(self.keys.meta, "cycles_failed", 1)
             pipe.hincrby(self.keys.meta, f"failures_{cause}", 1)
             pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
             pipe.execute()
-        except redis.RedisError:
-            pass  # Redis itself is away: the log line is all we can do
+        except (redis.RedisError, LeaseLost):
+            pass  # Redis itself is away (or the lease lost): the log line is all we can do
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _alive(pid: int) -> bool:

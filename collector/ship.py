@@ -74,6 +74,7 @@ class Shipper:
         # says: 1 under Sentinel, or --queue-wait-replicas)
         self.replicas = replicas
         self.wait_timeout = wait_timeout
+        self.lease = 0  # the lease generation every chunk carries (collector/lease.py)
         self.queues = {p: Queue(keys.rq_queue(p), connection=queue_redis) for p in PRIORITIES}
 
     def ship(
@@ -97,7 +98,9 @@ class Shipper:
                 if prio != priority:
                     continue
                 for part in chunked(items, self.chunk_size):
-                    payload = Chunk(self.keys.site, cycle, observed_at, kind, list(part)).encode()
+                    payload = Chunk(
+                        self.keys.site, cycle, observed_at, kind, list(part), self.lease
+                    ).encode()
                     datas.append(
                         Queue.prepare_data(
                             APPLY_FUNC,

@@ -15,7 +15,8 @@
 -- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
 -- new epoch name and time (epoch.py: epoch_args), then publish (PUBLISH, or
 -- SPUBLISH on a Redis Cluster: sharded channels, which share the site's slot),
--- then per item HEADER values (below) and 2*nfields field/value strings.
+-- then per item HEADER values (below) and 2*nfields field/value strings, then the
+-- chunk's lease generation (fence.lua).
 --
 -- Check first, write after: if the site's epoch is not the one the worker made
 -- the events for (a new one began: Redis lost data), or any object's version,
@@ -37,6 +38,12 @@ local FIRST_KEY = 5
 -- object not stored), oid, user, channel, event id, event type, event JSON,
 -- fingerprint field, fingerprint value, final, nfields
 local HEADER = 14
+
+-- the chunk's lease generation is the last ARGV (fence.lua): a deposed collector's writes nothing
+local fence = fenced(KEYS[5], ARGV[#ARGV])
+if fence then
+  return {'fenced', fence}
+end
 
 local now_epoch = ensure_epoch(KEYS[5], tonumber(ARGV[10]), ARGV[11] == '1', ARGV[12], ARGV[13])
 if now_epoch[1] ~= ARGV[9] then

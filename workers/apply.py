@@ -70,7 +70,8 @@ from .target import CLUSTER_CHANGES, Target, Targets
 
 log = logging.getLogger("jobtap.workers")
 
-_SCRIPT = EPOCH_LUA + Path(__file__).with_name("apply.lua").read_text()
+_HERE = Path(__file__).parent
+_SCRIPT = EPOCH_LUA + (_HERE / "fence.lua").read_text() + (_HERE / "apply.lua").read_text()
 
 # Redis errors that end when Redis is back: restarting, loading its data, or a
 # primary that became a replica in a failover.
@@ -95,6 +96,13 @@ class Settings:
     # How long a vanished job that was never stored is waited for: the older
     # chunk that brings it may be in another worker's hands right now.
     vanished_wait: float = 5.0
+
+
+class _Fenced(Exception):
+    """The chunk's lease generation is below the site's (fence.lua)."""
+
+    def __init__(self, current: int):
+        self.current = current
 
 
 class ApplyConflict(RuntimeError):
@@ -225,6 +233,12 @@ class Applier:
             if in_flight is not None:
                 self._finish(conn, target, keys, *in_flight, totals)
             clean = True
+        except _Fenced as fence:
+            clean = True  # the reply was read
+            totals["fenced"] = 1
+            log.warning("site %s: dropped a %s chunk of cycle %d from lease generation %d: "
+                        "generation %d holds the site now", chunk.site, chunk.kind, chunk.cycle,
+                        chunk.lease, fence.current)  # fmt: skip
         finally:
             if not clean:  # a reply may still be on its way: never reuse this socket
                 conn.disconnect()
@@ -263,6 +277,8 @@ class Applier:
                     if item.etype:
                         totals[item.etype] = totals.get(item.etype, 0) + 1
                 return
+            if outcome == "fenced":  # a deposed collector's chunk: nothing was written
+                raise _Fenced(int(reply[1]))
             if outcome is not None:
                 if outcome == "epoch":  # the events were made for another epoch: remake them
                     new = _s(reply[1])
@@ -462,6 +478,7 @@ class Applier:
             ]
             for f, v in item.fields.items():
                 argv += [f, v]
+        argv.append(chunk.lease)  # last: the lease fence (fence.lua)
         return kargs, argv
 
 

@@ -19,6 +19,12 @@ Chunks go to one of two rq queues per site (``keys.rq_queue(priority)``):
 attribute-only changes, so that a flood of usage updates never delays "your
 job started".  The cycle number lets the workers apply chunks in any order and
 makes a retried chunk a no-op.
+
+Contract version 2 adds ``lease``: the generation of the collector's lease
+(``collector/lease.py``) when the chunk was shipped.  The apply step drops a
+chunk whose generation is below the site's (``workers/fence.lua``): it comes
+from a collector that was deposed meanwhile.  A version-1 chunk (no ``lease``)
+counts as generation 0, accepted only while the site has no lease generation.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ PRIORITIES = (STATE, UPDATE)
 
 # The rq job that applies a chunk (rq names its function by dotted path).
 APPLY_FUNC = "jobtap.workers.apply.apply_chunk"
+
+# The chunk's contract version: 2 carries the lease generation.
+CONTRACT = 2
 
 UPSERT = "upsert"
 VANISHED = "vanished"
@@ -76,6 +85,7 @@ class Chunk:
     observed_at: str
     kind: str
     items: list[Item]
+    lease: int = 0  # the collector's lease generation (0: none, a version-1 chunk)
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -85,6 +95,8 @@ class Chunk:
                 "observed_at": self.observed_at,
                 "kind": self.kind,
                 "items": self.items,
+                "v": CONTRACT,
+                "lease": self.lease,
             }
         )
 
@@ -99,6 +111,7 @@ class Chunk:
                 observed_at=data["observed_at"],
                 kind=data["kind"],
                 items=data["items"],
+                lease=int(data.get("lease") or 0),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a jobtap chunk: {type(exc).__name__}: {exc}") from None

@@ -73,6 +73,11 @@ class WorkerMetrics:
             "Atomic batches refused because another worker changed one of their objects.",
             ["site"], registry=reg,
         )  # fmt: skip
+        self.fenced = Counter(
+            "jobtap_worker_chunks_fenced",
+            "Chunks dropped unwritten: their collector's lease generation was deposed.",
+            ["site"], registry=reg,
+        )  # fmt: skip
         self.duration = Histogram(
             "jobtap_worker_apply_duration_seconds", "Time to apply one chunk, by kind.",
             ["site", "kind"], buckets=DURATION_BUCKETS, registry=reg,
@@ -93,6 +98,8 @@ class WorkerMetrics:
         for etype in EVENT_TYPES:
             if totals.get(etype):
                 self.events.labels(site, etype).inc(totals[etype])
+        if totals.get("fenced"):
+            self.fenced.labels(site).inc()
         if totals["conflicts"]:
             self.conflicts.labels(site).inc(totals["conflicts"])
         self.duration.labels(site, kind).observe(duration)
@@ -111,6 +118,8 @@ def note_in_meta(
     for etype in EVENT_TYPES:
         if totals.get(etype):
             pipe.hincrby(keys.meta, f"events_{etype}", totals[etype])
+    if totals.get("fenced"):
+        pipe.hincrby(keys.meta, "fenced_chunks", 1)
     if totals["conflicts"]:
         pipe.hincrby(keys.meta, "version_conflicts", totals["conflicts"])
     if totals["events"]:
