@@ -25,6 +25,7 @@ PACKAGES = {
     "integrations/common": ("jobtap.integrations", {"jobtap"}),
     "integrations/psij": ("jobtap.psij", {"jobtap", "jobtap.integrations"}),
     "integrations/parsl": ("jobtap.parsl", {"jobtap", "jobtap.integrations"}),
+    "integrations/snakemake": ("jobtap.snakemake", {"jobtap", "jobtap.integrations"}),
 }
 SUBPACKAGES = (
     "jobtap.collector",
@@ -35,6 +36,7 @@ SUBPACKAGES = (
     "jobtap.integrations",
     "jobtap.psij",
     "jobtap.parsl",
+    "jobtap.snakemake",
 )
 
 

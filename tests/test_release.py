@@ -1,6 +1,7 @@
 """jobtap as a release ships it: ``python -m build`` makes an sdist and, from it, a
 wheel, with no setuptools warning; the wheel holds ``jobtap/`` (with its data),
-``psij-descriptors/`` (PSI/J's discovery shim) and nothing else; installed into a fresh venv with its
+``psij-descriptors/`` and ``snakemake_executor_plugin_jobtap_slurm/`` (the tools'
+discovery shims) and nothing else; installed into a fresh venv with its
 dependencies (plain, and with the [psij] extra) it imports, says its version, keeps
 ``import jobtap`` light and lets PSI/J find its executors.
 
@@ -79,7 +80,7 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
         metadata = whl.read(f"jobtap-{version()}.dist-info/METADATA").decode()
         entry_points = whl.read(f"jobtap-{version()}.dist-info/entry_points.txt").decode()
     info = f"jobtap-{version()}.dist-info"
-    shims = {"psij-descriptors"}
+    shims = {"psij-descriptors", "snakemake_executor_plugin_jobtap_slurm"}
     assert {name.split("/")[0] for name in names} == {"jobtap", *shims, info}
     # every file of every package folder, under its installed name, and nothing else:
     # a subpackage left out of `packages` or data left out of `package-data` shows here
@@ -105,6 +106,9 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
         "psij-descriptors/jobtap_executors.py",
         "jobtap/integrations/rules.py",
         "jobtap/parsl/__init__.py",
+        "jobtap/snakemake/__init__.py",
+        # where Snakemake looks for executor plugins: a top-level module, a shim
+        "snakemake_executor_plugin_jobtap_slurm/__init__.py",
     } <= names
     assert not {name for name in names if name.startswith("psij-descriptors/__init__")}
     assert f"\nVersion: {version()}\n" in metadata

@@ -47,6 +47,7 @@ def test_blocks_end_with_their_real_state_and_no_qstat(jobtap_pbs, tmp_path, mon
     go.touch()
     subprocess.run(["qdel", killed], check=True, capture_output=True)  # someone else's qdel
     p.cancel([ours])
+
     def ended():
         statuses = p.status(ids)
         assert all(s.terminal for s in statuses), [str(s) for s in statuses]
