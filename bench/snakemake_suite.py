@@ -34,12 +34,12 @@ from pathlib import Path
 from jobtap.cli.localredis import RedisServer
 from tests.psij.upstream import jobtap_on_slurm
 from tests.snakemake.upstream import prepare, run_suite
+from tests.support import cmdlog
 from tests.support.cmdlog import CommandLog
 from tests.support.slurm import LOCK, SITE, _start_slurm, cancel_everything
 from tests.support.snakemake import run_workflow, write_workflow
 
 EXECUTORS = ("slurm", "jobtap-slurm")
-STATUS = ("sacct", "squeue")
 
 
 @contextlib.contextmanager
@@ -63,8 +63,7 @@ def summary(commands: CommandLog) -> str:
 
 
 def status_calls(commands: CommandLog) -> list[str]:
-    calls = commands.calls()
-    return [c for c in calls if c.split()[0] in STATUS or c.startswith("scontrol show job")]
+    return cmdlog.status_calls(commands.calls())
 
 
 def workflow(tmp: Path, executor: str) -> tuple[float, CommandLog]:

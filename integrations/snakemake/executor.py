@@ -157,6 +157,7 @@ class Executor(StockExecutor):
             # reused id); the report comes just after sbatch, clock_skew covers it
             self.jobtap.track(jid, time.time())
         super().report_job_submission(job_info)
+        self._wake.set()  # a round now: it subscribes (off the submit path) and reads
 
     # -- the subscription that wakes the status loop --------------------------------------
     def _on_change(self, change: jobtap.Change) -> None:
@@ -180,7 +181,7 @@ class Executor(StockExecutor):
         if getattr(self, "jobtap", None) is None:  # the wait thread starts before __post_init__
             await asyncio.sleep(TICK)
             return
-        if self.jobtap.outage.reason is not None or self._subscription is None:
+        if self.jobtap.outage.reason is not None:
             await super().sleep()  # jobtap away: the stock pace
             return
         deadline = time.monotonic() + self._max_wait
@@ -212,9 +213,6 @@ class Executor(StockExecutor):
             async for j in super().check_active_jobs(ask):
                 yield j
             self.jobtap.asked(j.external_jobid for j in ask)
-        for jid in ids:
-            if jid not in {j.external_jobid for j in active_jobs}:
-                self.jobtap.forget(jid)
 
     def _handle(self, j: Any, status: str, record: jobtap.Job) -> bool:
         """What the stock round does with a job ``sacct`` says is ``status``;

@@ -54,3 +54,17 @@ class CommandLog:
 
     def clear(self) -> None:
         self.file.write_text("")
+
+
+def status_calls(calls: list[str]) -> list[str]:
+    """The calls that ask the scheduler about jobs' states: every ``squeue``,
+    ``scontrol show job`` and ``qstat``, and ``sacct`` except the stock Snakemake
+    plugin's account guess on its submit path (``sacct -nu USER -o Account``)."""
+    out = []
+    for call in calls:
+        words = call.split()
+        if words[0] in ("squeue", "qstat") or words[:3] == ["scontrol", "show", "job"]:
+            out.append(call)
+        elif words[0] == "sacct" and not any(w.startswith("Account") for w in words):
+            out.append(call)
+    return out
