@@ -11,6 +11,9 @@ it ran (sacct, squeue, scontrol, sinfo: logged by wrappers first on PATH); exits
     sudo .venv/bin/python -m bench.parsl_suite test_bash_apps/test_basic.py
 
 Needs root; starts Slurm if it is not running; takes the Slurm lock for each side.
+Parsl 2026.10.26's tests/conftest.py declares a hook argument pytest 9 removed
+(``pytest_ignore_collect(path)``): run it with a venv that has pytest 8, e.g.
+``python -m venv v8 && v8/bin/pip install -e '.[test,parsl]' 'pytest<9'``.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ def run_side(tmp: Path, name: str, selection: list[str]) -> tuple[str, float, Co
         try:
             with jobtap_on_slurm(redis.url, folder) as env:
                 commands = CommandLog(folder / "cmds")
+                # HTEX starts interchange.py and process_worker_pool.py from PATH
+                env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
                 argv = [
                     sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     *(str(TESTS / s) for s in selection), "--config", str(config),
@@ -94,8 +99,10 @@ def run_side(tmp: Path, name: str, selection: list[str]) -> tuple[str, float, Co
                 wall = time.monotonic() - t0
         finally:
             redis.stop()
-    last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["(no output)"]
-    return last[0], wall, commands
+    output = (proc.stdout + proc.stderr).strip().splitlines()
+    if proc.returncode != 0:
+        print("\n".join([line for line in output if line.startswith("E ")][:20]))
+    return (output[-1:] or ["(no output)"])[0], wall, commands
 
 
 def main(argv: list[str]) -> int:
