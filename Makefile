@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml deploy/setup-dev.sh
 PYTEST_WORKERS ?= 4
 
 test: setup
-	$(BIN)/ruff check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
+	$(BIN)/ruff check collector workers sdk cli acl sim integrations psij-descriptors snakemake_executor_plugin_jobtap_slurm tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
@@ -26,8 +26,8 @@ demo: setup
 	$(BIN)/jobtap demo
 
 lint: setup
-	$(BIN)/ruff check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
-	$(BIN)/ruff format --check collector workers sdk cli acl sim psij_executors psij-descriptors tests bench
+	$(BIN)/ruff check collector workers sdk cli acl sim integrations psij-descriptors snakemake_executor_plugin_jobtap_slurm tests bench
+	$(BIN)/ruff format --check collector workers sdk cli acl sim integrations psij-descriptors snakemake_executor_plugin_jobtap_slurm tests bench
 	$(BIN)/mypy
 
 bench: setup

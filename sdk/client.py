@@ -141,6 +141,30 @@ class Client:
                 return job
         return None
 
+    def jobs_by_id(
+        self, job_ids: Iterable[str], *, user: str | None = None, site: str | None = None
+    ) -> dict[str, Job | None]:
+        """The cached records of many jobs in one pipelined read (``None`` for a job
+        the cache does not have): what a tool that tracks its own jobs reads on
+        each status round instead of asking the scheduler.  ``user`` is the jobs'
+        owner (default: the client's user; without either, the owner index is
+        asked first)."""
+        s = self._site(site)
+        ids = list(dict.fromkeys(job_ids))
+        who = user or self.user
+        with translated(s.url):
+            cache = self._caches[s.name]
+            if who:
+                owners: dict[str, str | None] = dict.fromkeys(ids, who)
+            else:
+                owners = cache.locate_many(ids)
+            found = [(jid, owner) for jid, owner in owners.items() if owner]
+            raws = cache.read([Ref(s.name, JOB, jid, owner) for jid, owner in found])
+        out: dict[str, Job | None] = dict.fromkeys(ids)
+        for (jid, _), raw in zip(found, raws, strict=True):
+            out[jid] = Job.from_record(raw) if raw else None
+        return out
+
     def jobs(
         self,
         user: str | None = None,

@@ -22,7 +22,10 @@ PACKAGES = {
         "jobtap.cli",
         {"jobtap", "jobtap.collector", "jobtap.workers", "jobtap.acl", "jobtap.sim"},
     ),
-    "psij_executors": ("jobtap.psij", {"jobtap"}),
+    "integrations/common": ("jobtap.integrations", {"jobtap"}),
+    "integrations/psij": ("jobtap.psij", {"jobtap", "jobtap.integrations"}),
+    "integrations/parsl": ("jobtap.parsl", {"jobtap", "jobtap.integrations"}),
+    "integrations/snakemake": ("jobtap.snakemake", {"jobtap", "jobtap.integrations"}),
 }
 SUBPACKAGES = (
     "jobtap.collector",
@@ -30,7 +33,10 @@ SUBPACKAGES = (
     "jobtap.cli",
     "jobtap.acl",
     "jobtap.sim",
+    "jobtap.integrations",
     "jobtap.psij",
+    "jobtap.parsl",
+    "jobtap.snakemake",
 )
 
 

@@ -1,6 +1,7 @@
 """jobtap as a release ships it: ``python -m build`` makes an sdist and, from it, a
-wheel, with no setuptools warning; the wheel holds ``jobtap/`` (with its data) and
-``psij-descriptors/`` and nothing else; installed into a fresh venv with its
+wheel, with no setuptools warning; the wheel holds ``jobtap/`` (with its data),
+``psij-descriptors/`` and ``snakemake_executor_plugin_jobtap_slurm/`` (the tools'
+discovery shims) and nothing else; installed into a fresh venv with its
 dependencies (plain, and with the [psij] extra) it imports, says its version, keeps
 ``import jobtap`` light and lets PSI/J find its executors.
 
@@ -67,18 +68,20 @@ def test_the_sdist_holds_what_a_build_needs_and_no_tests(dists):
         "package-dir"].values())  # fmt: skip
     generated = {"PKG-INFO", "setup.cfg", "jobtap.egg-info"}  # written by setuptools
     top = {name.split("/")[0] for name in names if name}
+    tops = {folder.split("/")[0] for folder in folders}  # integrations/psij: integrations
     # MANIFEST.in: `prune tests` (setuptools would add tests/test*.py), the changelog in
-    assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", *folders,
+    assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", *tops,
                    *generated}  # fmt: skip
 
 
-def test_the_wheel_holds_jobtap_and_the_psij_descriptors_with_their_data(dists):
+def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
     with zipfile.ZipFile(dists.wheel) as whl:
         names = set(whl.namelist())
         metadata = whl.read(f"jobtap-{version()}.dist-info/METADATA").decode()
         entry_points = whl.read(f"jobtap-{version()}.dist-info/entry_points.txt").decode()
     info = f"jobtap-{version()}.dist-info"
-    assert {name.split("/")[0] for name in names} == {"jobtap", "psij-descriptors", info}
+    shims = {"psij-descriptors", "snakemake_executor_plugin_jobtap_slurm"}
+    assert {name.split("/")[0] for name in names} == {"jobtap", *shims, info}
     # every file of every package folder, under its installed name, and nothing else:
     # a subpackage left out of `packages` or data left out of `package-data` shows here
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
@@ -101,6 +104,11 @@ def test_the_wheel_holds_jobtap_and_the_psij_descriptors_with_their_data(dists):
         "jobtap/collector/backends/journal_reader/flux_journal_reader.py",
         # where PSI/J looks for executors: a namespace folder, jobtap's file only
         "psij-descriptors/jobtap_executors.py",
+        "jobtap/integrations/rules.py",
+        "jobtap/parsl/__init__.py",
+        "jobtap/snakemake/__init__.py",
+        # where Snakemake looks for executor plugins: a top-level module, a shim
+        "snakemake_executor_plugin_jobtap_slurm/__init__.py",
     } <= names
     assert not {name for name in names if name.startswith("psij-descriptors/__init__")}
     assert f"\nVersion: {version()}\n" in metadata

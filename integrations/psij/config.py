@@ -5,14 +5,21 @@ the user's credential file), resolved by :class:`jobtap.Client`."""
 
 from __future__ import annotations
 
-import getpass
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from psij import JobExecutorConfig
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 
 import jobtap
+from jobtap.integrations.rules import (
+    CLOCK_SKEW,
+    SUBSCRIBE_TIMEOUT,
+    UNSEEN_TIMEOUT,
+    Settings,
+    split_url,
+)
+
+__all__ = ["JobtapExecutorConfig", "job_owner", "make_client", "settings", "split_url"]
 
 
 class JobtapExecutorConfig(BatchSchedulerExecutorConfig):
@@ -55,10 +62,10 @@ class JobtapExecutorConfig(BatchSchedulerExecutorConfig):
         site: str | None = None,
         credentials: str | Path | None = None,
         user: str | None = None,
-        subscribe_timeout: float = 10.0,
-        unseen_timeout: float = 15.0,
+        subscribe_timeout: float = SUBSCRIBE_TIMEOUT,
+        unseen_timeout: float = UNSEEN_TIMEOUT,
         exit_code_wait: float = 5.0,
-        clock_skew: float = 60.0,
+        clock_skew: float = CLOCK_SKEW,
     ):
         super().__init__(
             launcher_log_file,
@@ -91,29 +98,26 @@ class JobtapExecutorConfig(BatchSchedulerExecutorConfig):
         return new
 
 
-def split_url(url: str | None) -> tuple[str | None, str | None]:
-    """``redis://h:6379/0?site=hpc1`` -> (``redis://h:6379/0``, ``hpc1``); the other
-    query parameters stay in the Redis URL."""
-    if not url:
-        return None, None
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    site = next((v for k, v in query if k == "site"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "site"])
-    return urlunsplit(parts._replace(query=rest)), site
+def settings(config: JobtapExecutorConfig, url: str | None) -> Settings:
+    """The shared settings (:mod:`jobtap.integrations.rules`) of one executor: the
+    configuration's, then the executor URL's, then jobtap's defaults."""
+    url_redis, url_site = split_url(url)
+    return Settings(
+        redis_url=config.redis_url or url_redis,
+        site=config.site or url_site,
+        credentials=config.credentials,
+        user=config.user,
+        timeout=config.subscribe_timeout,
+        unseen_timeout=config.unseen_timeout,
+        clock_skew=config.clock_skew,
+    )
 
 
 def make_client(config: JobtapExecutorConfig, url: str | None) -> jobtap.Client:
     """The jobtap client of one executor (nothing connects until it subscribes)."""
-    url_redis, url_site = split_url(url)
-    return jobtap.Client(
-        config.redis_url or url_redis,
-        site=config.site or url_site,
-        credentials=config.credentials,
-        timeout=config.subscribe_timeout,
-    )
+    return settings(config, url).client()
 
 
 def job_owner(config: JobtapExecutorConfig, client: jobtap.Client) -> str:
     """The user whose jobs these are, as jobtap names them."""
-    return config.user or client.user or getpass.getuser()
+    return settings(config, None).owner(client)

@@ -1,6 +1,7 @@
 """The threads that take the place of PSI/J's queue-poll thread: they subscribe each
 submitted or attached job to jobtap, turn the changes into PSI/J statuses and hand
-the jobs jobtap cannot report to the fallback poller.
+the jobs jobtap cannot report to the fallback poller, by the rules every jobtap
+integration follows (:mod:`jobtap.integrations.rules`).
 
 PSI/J's ``submit()`` and ``attach()`` end by calling ``register_job()``; here that
 only queues the job, so a slow or unreachable Redis never holds up a submission.
@@ -46,6 +47,7 @@ from typing import Any
 from psij import Job, JobState, JobStatus
 
 import jobtap
+from jobtap.integrations.rules import UNREACHABLE, older_than_submission
 
 from .config import JobtapExecutorConfig, job_owner, make_client
 from .states import psij_status
@@ -193,9 +195,7 @@ class JobWatcher:
 
     def _older_job(self, w: Watched, record: jobtap.Job) -> bool:
         """Whether the record is of a job submitted before ours (a reused id)."""
-        if w.submitted_at is None or record.submit_time is None:
-            return False
-        return record.submit_time.timestamp() < w.submitted_at - self.config.clock_skew
+        return older_than_submission(record, w.submitted_at, self.config.clock_skew)
 
     def _check(self, executor: Any) -> None:
         """Hand over the jobs past their deadline, and those whose subscription
@@ -251,7 +251,7 @@ class JobWatcher:
                 nid, attached = item
                 try:
                     self._subscribe(nid, attached)
-                except (jobtap.JobtapError, OSError) as exc:
+                except UNREACHABLE as exc:
                     self._tasks.put(("failed", (nid, f"cannot subscribe ({exc})")))
                 except Exception as exc:
                     log.exception("jobtap: subscribing job %s failed", nid)

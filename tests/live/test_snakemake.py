@@ -1,0 +1,63 @@
+"""Snakemake's executor ``jobtap-slurm`` on the real Slurm of deploy/slurm/start.sh,
+with jobtap in follow mode (the slurmctld hook pokes, ``jobtap collector
+--follow``, ``jobtap worker``) on a real redis-server: a small workflow (three
+jobs, then one that gathers them; each sleeps 2 s) runs as ``snakemake
+--executor jobtap-slurm``, gives its outputs, takes seconds more than the jobs'
+own run time (the stock plugin waits 40 s before its first status round), and
+runs no status command.
+
+Every sacct, squeue and scontrol call of the snakemake process goes through the
+logging wrappers of tests/support/cmdlog.py; jobtap's collector starts before
+they are on PATH.  The stock plugin's submission guesses the Slurm account with
+``sacct -nu USER -o Account``: that is the submit path, not a status query.  The
+snakemake process has exited when the log is read: every call it made is in it.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import pytest
+
+from tests.psij.upstream import jobtap_on_slurm
+from tests.support.cmdlog import CommandLog, status_calls
+from tests.support.pipeline import site_events
+from tests.support.slurm import SITE
+from tests.support.snakemake import run_workflow, write_workflow
+
+pytestmark = pytest.mark.timeout(900)  # the first test may wait for the Slurm lock
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def jobs_span(r, since: float) -> float:
+    """From the first job's start to the last one's end, as Slurm recorded them, of
+    the jobs submitted since ``since`` (the reconciliation also brings older ones)."""
+    finals = [e["record"] for e in site_events(r, SITE) if e["type"] == "final"]
+    ours = [f for f in finals if f.get("submit_time") and ts(f["submit_time"]) >= since - 1]
+    assert len(ours) == 4 and all(f["start_time"] and f["end_time"] for f in ours), ours
+    return max(ts(f["end_time"]) for f in ours) - min(ts(f["start_time"]) for f in ours)
+
+
+def test_a_workflow_runs_in_seconds_and_asks_slurm_nothing(clean, r, redis_server, tmp_path):
+    workdir = tmp_path / "wf"
+    write_workflow(workdir, parts=3, seconds=2)
+    with jobtap_on_slurm(redis_server.url, tmp_path) as env:
+        commands = CommandLog(tmp_path / "cmds")
+        since = time.time()
+        run = run_workflow(
+            workdir,
+            "jobtap-slurm",
+            commands.env(env),
+            "--jobtap-slurm-redis", redis_server.url, "--jobtap-slurm-site", SITE,
+        )  # fmt: skip
+    assert run.returncode == 0, run.output[-3000:]
+    assert (workdir / "all.txt").read_text().split() == ["0", "1", "2"]
+    span = jobs_span(r, since)
+    print(f"\nworkflow {run.wall:.1f} s, jobs from first start to last end {span:.1f} s")
+    assert run.wall < span + 30, (run.wall, span)  # the stock plugin: 40 s before its 1st round
+    assert status_calls(commands.calls()) == [], commands.calls()
+    assert "jobtap: cannot read the cache" not in run.output
