@@ -60,9 +60,9 @@ def collector_state_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
 
 
-def pytest_collection_modifyitems(items):
+def pytest_itemcollected(item):
     """Tests of the one real Slurm on this machine run on one xdist worker, one
-    after another (make test: --dist loadgroup); the others spread out."""
-    for item in items:
-        if "slurm" in item.fixturenames:
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+    after another (make test: --dist loadgroup); the others spread out.  Marked
+    as each is collected, before xdist reads the groups."""
+    if "slurm" in item.fixturenames or "tests/live/" in item.nodeid:
+        item.add_marker(pytest.mark.xdist_group("slurm"))

@@ -88,3 +88,27 @@ def test_a_skip_or_an_empty_parameter_list_fails_with_its_reason(tmp_path):
     assert "Empty parameter set in 'test_over_no_capture'" in out, out
     assert "PASSED test_runtime_skip.py::test_fine" in out, out
     assert out.splitlines()[-1].startswith("1 failed, 1 passed, 2 errors"), out
+
+
+def test_loadgroup_keeps_a_group_on_one_worker(tmp_path):
+    """make test's `--dist loadgroup` must keep the Slurm tests on one worker (they
+    share one Slurm, locked per session); pytest 9.2 with pytest-xdist 3.8 silently
+    spread them (pyproject pins pytest below 9)."""
+    (tmp_path / "test_groups.py").write_text(
+        "import pytest\n"
+        + "".join(
+            f"@pytest.mark.xdist_group('g')\ndef test_in_{i}():\n    pass\n" for i in range(4)
+        )
+        + "".join(f"def test_out_{i}():\n    pass\n" for i in range(4))
+    )
+    proc = subprocess.run(
+        [*PYTEST, "-n", "2", "--dist", "loadgroup", "-v", "test_groups.py"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = {
+        line.split()[0]
+        for line in proc.stdout.splitlines()
+        if "PASSED" in line and "test_in_" in line
+    }
+    assert len(workers) == 1, proc.stdout

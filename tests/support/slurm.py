@@ -195,7 +195,12 @@ class Harness:
         self.r = r
         self.backend = SlurmBackend(timeout=timeout)
         self.collector = Collector(self.backend, r, site=SITE, nodes_every=1)
-        self.service = CollectorService(self.collector, interval=0.5, backend_name="slurm")
+        # The tests drive cycles and refreshes by hand, with pauses far longer
+        # than an interval: the lease outlasts the test, taken now.
+        self.service = CollectorService(
+            self.collector, interval=0.5, backend_name="slurm", lease=600
+        )
+        self.service.ensure_lease()
 
     def cycle(self) -> bool:
         ok = self.service.run_one()
