@@ -265,7 +265,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
 
     # The collector: a refresh, then a full cycle, then the same refresh again.
     h = Harness(r)
-    report = h.collector.refresh(wanted)
+    report = h.refresh(wanted)
     drain(r, SITE)
     assert report.counts["jobs"] == 4 and report.counts["changed"] == 4, report.counts
     before = {j: h.events(j) for j in (live, task, done, purged)}
@@ -280,8 +280,8 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
     # Poked again: nothing changed for those squeue lists.  The purged job was
     # forgotten by that cycle (finished and gone), so it is shipped once more,
     # and the worker drops it (its final went out): still no event.
-    assert h.collector.refresh([live, task, done]).counts["changed"] == 0
-    h.collector.refresh(wanted)
+    assert h.refresh([live, task, done]).counts["changed"] == 0
+    h.refresh(wanted)
     drain(r, SITE)
     for job_id, events in before.items():
         assert h.events(job_id) == events, f"a second poke shipped {job_id} again"
@@ -295,7 +295,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
         interval=0.2,
         what="cancelled job settled",
     )
-    assert h.collector.refresh([live]).counts["changed"] == 1
+    assert h.refresh([live]).counts["changed"] == 1
     drain(r, SITE)
     assert h.cycle()
     assert_lifecycle(h, live, final=("cancelled", KILLED_BY_SIGTERM), reason=None)

@@ -263,7 +263,7 @@ def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r, t
             assert m["status"] == "failing" and m["consecutive_failures"] == str(n)
             assert "Unable to contact slurm controller" in m["last_error"], m["last_error"]
         with pytest.raises(CycleFailed, match="Unable to contact"):  # a reconciliation too
-            h.collector.run_cycle(tier=RECONCILE)
+            h.run_cycle(tier=RECONCILE)
         with pytest.raises(StatError, match="squeue reported errors"):  # its full stat
             h.backend.stat_jobs()
         drain(r, SITE)

@@ -47,7 +47,7 @@ def test_short_jobs_between_two_probes_get_one_new_and_one_final(clean, r):
     assert h.cycle() and meta(r, SITE)["last_tier"] == PROBE
     for _ in range(2):
         assert h.cycle()
-    h.collector.run_cycle(tier=RECONCILE)  # nothing more, whatever the tier
+    h.run_cycle(tier=RECONCILE)  # nothing more, whatever the tier
     drain(r, SITE)
     for job_id, (state, status) in expect.items():
         events = h.events(job_id)
@@ -75,7 +75,7 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     _cmd("scontrol", "release", held[0])
     _cmd("scontrol", "update", f"jobid={held[1]}", "timelimit=7")
     _cmd("sdiag", "--reset")
-    report = h.collector.run_cycle(with_nodes=False)
+    report = h.run_cycle(with_nodes=False)
     rpcs = sdiag_rpcs()
     drain(r, SITE)
     assert report.tier == PROBE
@@ -87,7 +87,7 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     else:
         assert rpcs[FULL][0] == 1 and rpcs[SINGLE][0] == 2, rpcs
     assert h.events(held[1])[-1]["record"]["requested"]["walltime"] == "00:07:00"
-    again = h.collector.run_cycle(with_nodes=False, tier=RECONCILE)
+    again = h.run_cycle(with_nodes=False, tier=RECONCILE)
     drain(r, SITE)
     assert again.counts["changed"] <= 1, again.counts  # held[0], released, may have started
     for job_id in (*held[2:], running, f"{array}_1", f"{array}_2", f"{array}_3"):
@@ -104,7 +104,7 @@ def test_follow_refresh_lists_no_job(clean, r):
     assert h.cycle()
     _cmd("scontrol", "update", f"jobid={ids[0]}", "timelimit=9")
     _cmd("sdiag", "--reset")
-    report = h.collector.refresh(ids)
+    report = h.refresh(ids)
     rpcs = sdiag_rpcs()
     drain(r, SITE)
     assert report.counts["changed"] == 1

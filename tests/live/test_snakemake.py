@@ -15,8 +15,8 @@ snakemake process has exited when the log is read: every call it made is in it.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -33,13 +33,22 @@ def ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def jobs_span(r, since: float) -> float:
+def jobs_span(r, workdir: Path) -> float:
     """From the first job's start to the last one's end, as Slurm recorded them, of
-    the jobs submitted since ``since`` (the reconciliation also brings older ones)."""
+    the workflow's jobs (those run in ``workdir``: other tests' jobs, cancelled by
+    the ``clean`` fixture, may end meanwhile, and the reconciliation brings older
+    ones)."""
     finals = [e["record"] for e in site_events(r, SITE) if e["type"] == "final"]
-    ours = [f for f in finals if f.get("submit_time") and ts(f["submit_time"]) >= since - 1]
-    assert len(ours) == 4 and all(f["start_time"] and f["end_time"] for f in ours), ours
+    ours = [f for f in finals if _workdir(f) == str(workdir)]
+    assert len(ours) == 4 and all(f["start_time"] and f["end_time"] for f in ours), [
+        (f["id"], f["name"], f["state"], _workdir(f)) for f in finals
+    ]
     return max(ts(f["end_time"]) for f in ours) - min(ts(f["start_time"]) for f in ours)
+
+
+def _workdir(record: dict) -> str | None:
+    native = record.get("native") or {}
+    return native.get("current_working_directory") or native.get("working_directory")
 
 
 def test_a_workflow_runs_in_seconds_and_asks_slurm_nothing(clean, r, redis_server, tmp_path):
@@ -47,7 +56,6 @@ def test_a_workflow_runs_in_seconds_and_asks_slurm_nothing(clean, r, redis_serve
     write_workflow(workdir, parts=3, seconds=2)
     with jobtap_on_slurm(redis_server.url, tmp_path) as env:
         commands = CommandLog(tmp_path / "cmds")
-        since = time.time()
         run = run_workflow(
             workdir,
             "jobtap-slurm",
@@ -56,7 +64,7 @@ def test_a_workflow_runs_in_seconds_and_asks_slurm_nothing(clean, r, redis_serve
         )  # fmt: skip
     assert run.returncode == 0, run.output[-3000:]
     assert (workdir / "all.txt").read_text().split() == ["0", "1", "2"]
-    span = jobs_span(r, since)
+    span = jobs_span(r, workdir)
     print(f"\nworkflow {run.wall:.1f} s, jobs from first start to last end {span:.1f} s")
     assert run.wall < span + 30, (run.wall, span)  # the stock plugin: 40 s before its 1st round
     assert status_calls(commands.calls()) == [], commands.calls()

@@ -196,16 +196,25 @@ class Harness:
         self.backend = SlurmBackend(timeout=timeout)
         self.collector = Collector(self.backend, r, site=SITE, nodes_every=1)
         # The tests drive cycles and refreshes by hand, with pauses far longer
-        # than an interval: the lease outlasts the test, taken now.
+        # than an interval: the lease, taken at the first of them, outlasts the test.
         self.service = CollectorService(
             self.collector, interval=0.5, backend_name="slurm", lease=600
         )
-        self.service.ensure_lease()
 
     def cycle(self) -> bool:
         ok = self.service.run_one()
         drain(self.r, SITE)
         return ok
+
+    def run_cycle(self, **kw):
+        """One cycle of the collector itself (``Collector.run_cycle``), the lease held."""
+        self.service.ensure_lease()
+        return self.collector.run_cycle(**kw)
+
+    def refresh(self, job_ids):
+        """Follow mode's refresh of these jobs (``Collector.refresh``), the lease held."""
+        self.service.ensure_lease()
+        return self.collector.refresh(job_ids)
 
     def until(self, what: str, done: Callable[[], bool], timeout: float = 60) -> None:
         """Run cycles until ``done()``; fail with the job events seen if it takes
