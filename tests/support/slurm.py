@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.backends.base import StatError
+from jobtap.collector.backends.slurm import SlurmBackend, parse_sdiag_rpcs
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
@@ -85,11 +85,6 @@ def cancel_everything(wait: float = 30) -> None:
     )
 
 
-_RPC = re.compile(
-    r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)"
-)
-
-
 def sdiag_rpcs() -> dict[str, tuple[int, int]]:
     """slurmctld's own RPC statistics since the last ``sdiag --reset``: by
     message type, ``(count, total time in microseconds)``."""
@@ -104,19 +99,11 @@ def slurmdbd_rpcs() -> dict[str, tuple[int, int]]:
 
 def rpc_stats(text: str) -> dict[str, tuple[int, int]]:
     """The "Remote Procedure Call statistics by message type" section of
-    ``sdiag`` or ``sacctmgr show stats``."""
-    out: dict[str, tuple[int, int]] = {}
-    in_section = False
-    for line in text.splitlines():
-        if line.startswith("Remote Procedure Call statistics by message type"):
-            in_section = True
-            continue
-        if in_section and line and not line[0].isspace():
-            break
-        match = _RPC.match(line) if in_section else None
-        if match:
-            out[match[1]] = (int(match[2]), int(match[3]))
-    return out
+    ``sdiag`` or ``sacctmgr show stats`` (the backend's parser; none: empty)."""
+    try:
+        return parse_sdiag_rpcs(text)
+    except StatError:
+        return {}
 
 
 def sbatch(*args: str, minutes: int = 5) -> str:
