@@ -31,7 +31,7 @@ def collected(checkout: Path) -> list[str]:
 
 def bare_clone(dest: Path) -> Path:
     """The repository's files as they stand in this checkout (tracked, and new
-    ones not ignored), alone in ``dest``: no ``../shared``, no venv, nothing else."""
+    ones not ignored), alone in ``dest``: nothing beside it, no venv."""
     listing = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT, capture_output=True, check=True,
