@@ -5,6 +5,7 @@ custom attributes under the executor's own name."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import time
 from collections.abc import Callable
@@ -14,8 +15,10 @@ from typing import Any
 from psij import InvalidJobException, Job, JobExecutorConfig, JobState, JobStatus
 
 from .config import JobtapExecutorConfig
-from .fallback import FallbackPoller
+from .fallback import FallbackPoller, StatusOutputError
 from .watcher import JobWatcher
+
+log = logging.getLogger("jobtap.psij")
 
 
 def wait_for_file(path: Path, timeout: float) -> bool:
@@ -64,7 +67,7 @@ class JobtapExecutorMixin:
         return JobWatcher(self, self.config)
 
     def _start_fallback_poller(self) -> FallbackPoller:
-        poller = FallbackPoller(f"{self.name} fallback polling", self.config, self, self.history)
+        poller = FallbackPoller(f"{self.name} fallback polling", self.config, self)
         poller.start()
         return poller
 
@@ -94,12 +97,31 @@ class JobtapExecutorMixin:
     def query_status(self, native_id: str) -> JobStatus:
         """The job's status from the scheduler, once, as PSI/J's poll thread would
         see it (with the history look-up of :meth:`history` for a vanished job)."""
+        return self.query_statuses([native_id])[native_id]
+
+    def query_statuses(self, native_ids: list[str]) -> dict[str, JobStatus]:
+        """Each job's status from one run of PSI/J's status command; a job it no
+        longer lists is looked up in :meth:`history`, and called COMPLETED (PSI/J's
+        own answer) only if that does not know it either.  Raises
+        :class:`~jobtap.psij.fallback.StatusOutputError` if PSI/J cannot parse the
+        output, and whatever running the command raised if it could not run."""
         try:
-            out, code = self._run_command(self.get_status_command([native_id])), 0
+            out, code = self._run_command(self.get_status_command(native_ids)), 0
         except subprocess.CalledProcessError as exc:
             out, code = exc.output, exc.returncode
-        found = self.parse_status_output(code, out).get(native_id)
-        return found or self.history(native_id) or JobStatus(JobState.COMPLETED)
+        try:
+            found = self.parse_status_output(code, out)
+        except Exception as exc:
+            raise StatusOutputError(f"{type(exc).__name__}: {exc}") from exc
+        return {nid: found.get(nid) or self._history_or_done(nid) for nid in native_ids}
+
+    def _history_or_done(self, native_id: str) -> JobStatus:
+        try:
+            status = self.history(native_id)
+        except Exception as exc:  # a failing history must not fail the other jobs
+            log.warning("jobtap: history of job %s failed: %s", native_id, exc)
+            status = None
+        return status or JobStatus(JobState.COMPLETED)
 
     def history(self, native_id: str) -> JobStatus | None:
         """The final state of a job that left the queue, from the scheduler's history."""

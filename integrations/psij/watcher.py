@@ -71,8 +71,22 @@ class Watched:
     last: JobStatus | None = None
 
 
+def psij_status_updater() -> Any | None:
+    """PSI/J after 0.9.11 (its repository head): the thread through which a job's
+    batch script reports what only it knows (ACTIVE, file staging) over UDP or a
+    file.  PSI/J's batch executor reads its address from the poll thread's
+    ``status_updater`` when it writes the script, and the poll thread registers
+    each job with it, so ours does too.  None on PSI/J 0.9.11, which has none."""
+    try:
+        from psij.utils import _StatusUpdater  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return None
+    return _StatusUpdater.get_instance()
+
+
 class JobWatcher:
-    """PSI/J's ``_QueuePollThread`` interface (``register_job``), backed by jobtap."""
+    """What PSI/J's batch executor asks of its queue-poll thread (``register_job``,
+    ``unregister_job``, ``status_updater``), backed by jobtap."""
 
     def __init__(self, executor: Any, config: JobtapExecutorConfig):
         self.config = config
@@ -91,6 +105,7 @@ class JobWatcher:
         """The latest native ids handed to the fallback poller, in order."""
         self.asked: deque[str] = deque(maxlen=HISTORY)
         """The latest native ids jobtap had no record of in time, asked of the scheduler."""
+        self.status_updater = psij_status_updater()
 
     # -- called by the executor (any thread) -----------------------------------------
     def submitting(self, job: Job) -> None:
@@ -109,7 +124,18 @@ class JobWatcher:
                 self._started = True
                 for target, what in ((self._run, "status"), (self._subscriber, "subscriber")):
                     threading.Thread(target=target, name=f"{self.name} {what}", daemon=True).start()
+        if self.status_updater is not None:
+            self.status_updater.register_job(job, self._executor())
         self._tasks.put(("watch", (job, self._submitted.pop(job.id, None))))
+
+    def unregister_job(self, job: Job) -> None:
+        """The job has a final state (PSI/J after 0.9.11 says so on every final):
+        no script update or fallback poll is wanted for it any more.  Its
+        subscription ends on its own, with the final jobtap reports."""
+        if self.status_updater is not None:
+            self.status_updater.unregister_job(job)
+        if self._fallback is not None:
+            self._fallback.unregister_job(job)
 
     # -- the status thread --------------------------------------------------------------
     def _run(self) -> None:

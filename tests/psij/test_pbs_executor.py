@@ -6,6 +6,7 @@ the right final state."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 from datetime import timedelta
@@ -167,3 +168,34 @@ def test_a_subscription_that_ends_in_error_falls_back(jobtap_pbs, r, tmp_path):
     go.touch()
     status = job.wait(WAIT)
     assert (status.state, status.exit_code) == (JobState.COMPLETED, 0)
+
+
+@pytest.mark.parametrize("qstat_mode", ["fail", "garbage", "missing"])
+def test_the_fallback_fails_a_job_whose_status_stays_unreadable(
+    pbs, tmp_path, qstat_mode, monkeypatch
+):
+    """As PSI/J's own poll thread does: qstat cannot reach the server (or prints
+    output PSI/J cannot parse) for more than queue_polling_error_threshold polls
+    in a row, or cannot be run at all (at once), and the polled job is FAILED
+    with the reason, not left waiting."""
+    ex = new_executor(
+        "jobtap-pbs",
+        f"redis://127.0.0.1:{free_port()}/0?site={SITE}",  # refusing: polled from the start
+        work_directory=tmp_path / "work",
+        queue_polling_interval=1,
+        initial_queue_polling_delay=0,
+        queue_polling_error_threshold=2,
+    )
+    go = tmp_path / "go"
+    (job,), _ = watched(ex, until_exists(go))
+    eventually(lambda: list(ex.watcher.fallen_back) == [job.native_id], timeout=30)
+    if qstat_mode == "missing":
+        monkeypatch.setenv("PATH", str(tmp_path / "no-such-folder"))
+    else:
+        control = tmp_path / "fake-pbs.json"
+        settings = json.loads(control.read_text())
+        control.write_text(json.dumps({**settings, "modes": {"qstat": qstat_mode}}))
+    status = job.wait(WAIT)
+    assert status.state == JobState.FAILED
+    assert status.message and status.message.startswith("Failed to poll for job status")
+    go.touch()  # the job itself may end now
