@@ -81,40 +81,52 @@ class JobtapStatusMixin:
     """Placed before a Parsl cluster provider: status from jobtap, the stock query
     as the fallback.  The provider's class sets ``_stock_probe`` (a command the
     stock constructor runs to choose its status command, deferred to the first
-    fallback) if any."""
+    fallback) if any, and an ``__init__`` decorated with :func:`_init_options`
+    that only calls this one (so that Parsl's repr shows the stock arguments)."""
 
     _stock_probe: str | None = None
     resources: dict[str, dict[str, Any]]
 
-    def _jobtap_init(
+    def __init__(
         self,
-        redis: str | None,
-        site: str | None,
-        credentials: str | None,
-        user: str | None,
-        unseen_timeout: float,
-        polling_interval: float,
-        fallback_interval: float,
+        *args: Any,
+        jobtap_redis: str | None = None,
+        jobtap_site: str | None = None,
+        jobtap_credentials: str | None = None,
+        jobtap_user: str | None = None,
+        jobtap_unseen_timeout: float = UNSEEN_TIMEOUT,
+        jobtap_polling_interval: float = POLLING_INTERVAL,
+        jobtap_fallback_interval: float = FALLBACK_INTERVAL,
+        **kwargs: Any,
     ) -> None:
-        self.jobtap_redis = redis
-        self.jobtap_site = site
-        self.jobtap_credentials = credentials
-        self.jobtap_user = user
-        self.jobtap_unseen_timeout = unseen_timeout
-        self.jobtap_polling_interval = polling_interval
-        self.jobtap_fallback_interval = fallback_interval
+        """The ``jobtap_*`` keyword arguments (see :class:`SlurmProvider`), then the
+        stock constructor with the others, its ``_stock_probe`` deferred."""
+        self.jobtap_redis = jobtap_redis
+        self.jobtap_site = jobtap_site
+        self.jobtap_credentials = jobtap_credentials
+        self.jobtap_user = jobtap_user
+        self.jobtap_unseen_timeout = jobtap_unseen_timeout
+        self.jobtap_polling_interval = jobtap_polling_interval
+        self.jobtap_fallback_interval = jobtap_fallback_interval
         settings = Settings(
-            redis_url=redis,
-            site=site,
-            credentials=credentials,
-            user=user,
-            unseen_timeout=unseen_timeout,
+            redis_url=jobtap_redis,
+            site=jobtap_site,
+            credentials=jobtap_credentials,
+            user=jobtap_user,
+            unseen_timeout=jobtap_unseen_timeout,
         )
-        self.jobtap = Tracker(settings, f"Parsl's {type(self).__name__}", fallback_interval, log)
+        self.jobtap = Tracker(
+            settings, f"Parsl's {type(self).__name__}", jobtap_fallback_interval, log
+        )
         self._jobtap_lock = threading.RLock()
         self._probe_deferred = False
         self.stock_queries = 0
         """Status queries run on the scheduler (the fallback), for tests and logs."""
+        self._deferring = True
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            self._deferring = False
 
     # -- the stock constructor's probe, deferred -----------------------------------------
     def execute_wait(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
@@ -233,32 +245,8 @@ class SlurmProvider(JobtapStatusMixin, _StockSlurm):
     _stock_probe = "sacct -X"
 
     @_init_options(_StockSlurm.__init__)
-    def __init__(
-        self,
-        *args: Any,
-        jobtap_redis: str | None = None,
-        jobtap_site: str | None = None,
-        jobtap_credentials: str | None = None,
-        jobtap_user: str | None = None,
-        jobtap_unseen_timeout: float = UNSEEN_TIMEOUT,
-        jobtap_polling_interval: float = POLLING_INTERVAL,
-        jobtap_fallback_interval: float = FALLBACK_INTERVAL,
-        **kwargs: Any,
-    ):
-        self._jobtap_init(
-            jobtap_redis,
-            jobtap_site,
-            jobtap_credentials,
-            jobtap_user,
-            jobtap_unseen_timeout,
-            jobtap_polling_interval,
-            jobtap_fallback_interval,
-        )
-        self._deferring = True
-        try:
-            super().__init__(*args, **kwargs)
-        finally:
-            self._deferring = False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
 
     def _run_deferred_probe(self) -> None:
         """What the stock constructor does with ``sacct -X``: without accounting,
@@ -278,27 +266,7 @@ class PBSProProvider(JobtapStatusMixin, _StockPBSPro):
     with ``cancel()`` is CANCELLED (the stock provider says COMPLETED)."""
 
     @_init_options(_StockPBSPro.__init__)
-    def __init__(
-        self,
-        *args: Any,
-        jobtap_redis: str | None = None,
-        jobtap_site: str | None = None,
-        jobtap_credentials: str | None = None,
-        jobtap_user: str | None = None,
-        jobtap_unseen_timeout: float = UNSEEN_TIMEOUT,
-        jobtap_polling_interval: float = POLLING_INTERVAL,
-        jobtap_fallback_interval: float = FALLBACK_INTERVAL,
-        **kwargs: Any,
-    ):
-        self._jobtap_init(
-            jobtap_redis,
-            jobtap_site,
-            jobtap_credentials,
-            jobtap_user,
-            jobtap_unseen_timeout,
-            jobtap_polling_interval,
-            jobtap_fallback_interval,
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
 
     def cancel(self, job_ids: list[str]) -> list[bool]:

@@ -71,53 +71,39 @@ def slurm_state(record: jobtap.Job) -> str | None:
     return JOBTAP_FINALS.get(record.state or "", "UNKNOWN")
 
 
+def _setting(default: Any, help: str) -> Any:
+    """A field of :class:`ExecutorSettings`: Snakemake makes it the option
+    ``--jobtap-slurm-<name>``, neither required nor read from the environment (as
+    the stock plugin's own)."""
+    return field(default=default, metadata={"help": help, "env_var": False, "required": False})
+
+
 @dataclass
 class ExecutorSettings(StockSettings):
     """The stock plugin's settings (``--jobtap-slurm-<name>``), and jobtap's."""
 
-    redis: Optional[str] = field(  # noqa: UP045 (Snakemake reads the annotation)
-        default=None,
-        metadata={
-            "help": "The jobtap Redis (redis://[user:password@]host:port/db, may end in "
-            "?site=NAME). Default: $JOBTAP_REDIS, then the jobtap credential file.",
-            "env_var": False,
-            "required": False,
-        },
+    redis: Optional[str] = _setting(  # noqa: UP045 (Snakemake reads the annotation)
+        None,
+        "The jobtap Redis (redis://[user:password@]host:port/db, may end in "
+        "?site=NAME). Default: $JOBTAP_REDIS, then the jobtap credential file.",
     )
-    site: Optional[str] = field(  # noqa: UP045
-        default=None,
-        metadata={
-            "help": "The jobtap site. Default: the URL's ?site=, $JOBTAP_SITE, "
-            "then the jobtap credential file.",
-            "env_var": False,
-            "required": False,
-        },
+    site: Optional[str] = _setting(  # noqa: UP045
+        None,
+        "The jobtap site. Default: the URL's ?site=, $JOBTAP_SITE, "
+        "then the jobtap credential file.",
     )
-    credentials: Optional[str] = field(  # noqa: UP045
-        default=None,
-        metadata={
-            "help": "A jobtap credential file (default ~/.config/jobtap/credentials).",
-            "env_var": False,
-            "required": False,
-        },
+    credentials: Optional[str] = _setting(  # noqa: UP045
+        None, "A jobtap credential file (default ~/.config/jobtap/credentials)."
     )
-    unseen_timeout: Optional[int] = field(  # noqa: UP045
-        default=int(UNSEEN_TIMEOUT),
-        metadata={
-            "help": "Seconds a submitted job may stay unknown to jobtap before the "
-            "stock status query (sacct) is asked about it.",
-            "env_var": False,
-            "required": False,
-        },
+    unseen_timeout: Optional[int] = _setting(  # noqa: UP045
+        int(UNSEEN_TIMEOUT),
+        "Seconds a submitted job may stay unknown to jobtap before the "
+        "stock status query (sacct) is asked about it.",
     )
-    max_wait: Optional[int] = field(  # noqa: UP045
-        default=MAX_WAIT,
-        metadata={
-            "help": "Longest time in seconds between two status rounds when no job "
-            "of the run changes in jobtap.",
-            "env_var": False,
-            "required": False,
-        },
+    max_wait: Optional[int] = _setting(  # noqa: UP045
+        MAX_WAIT,
+        "Longest time in seconds between two status rounds when no job "
+        "of the run changes in jobtap.",
     )
 
 
