@@ -14,20 +14,18 @@ test and the benchmark.
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import importlib.metadata
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.psij.support import jobtap_services
 from tests.support.paths import ROOT
+from tests.support.sdist import sdist_tests as support_sdist_tests
 from tests.support.slurm import SITE, hook_settings
 
 HARNESS = Path(__file__).parent / "harness"
@@ -44,29 +42,9 @@ EXECUTORS = ("slurm:single", "jobtap-slurm:single")
 PYTEST_INI = "[pytest]\ntimeout = 180\naddopts = -p no:cacheprovider\n"
 
 
-def sdist_tests(cache: Path | None = None) -> Path:
+def sdist_tests() -> Path:
     """The ``tests`` folder of the installed psij-python's sdist (downloaded once)."""
-    version = importlib.metadata.version("psij-python")
-    cache = cache or Path(sys.prefix) / "psij-sdist"
-    tests = cache / f"psij-python-{version}" / "tests"
-    if (tests / "test_executor.py").exists():
-        return tests
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (tests / "test_executor.py").exists():
-            archive = cache / f"psij-python-{version}.tar.gz"
-            if not archive.exists():
-                subprocess.run(
-                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                     "--no-binary", ":all:", f"psij-python=={version}", "-d", str(cache)],
-                    check=True, stdin=subprocess.DEVNULL, timeout=300,
-                )  # fmt: skip
-            prefix = f"psij-python-{version}/tests/"
-            with tarfile.open(archive) as tar:
-                members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-                tar.extractall(cache, members=members, filter="data")
-    return tests
+    return support_sdist_tests("psij-python", "test_executor.py")
 
 
 def prepare(run_dir: Path, tests: Path | None = None) -> Path:

@@ -5,15 +5,14 @@ sdist of the installed version, unmodified) run with our harness
 
 from __future__ import annotations
 
-import fcntl
-import importlib.metadata
 import json
 import shutil
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.sdist import sdist_tests as support_sdist_tests
 
 HARNESS = Path(__file__).parent / "harness"
 DIST = "snakemake-executor-plugin-slurm"
@@ -26,29 +25,9 @@ WORKFLOW_TESTS = (
 )
 
 
-def sdist_tests(cache: Path | None = None) -> Path:
+def sdist_tests() -> Path:
     """The ``tests`` folder of the installed plugin's sdist (downloaded once)."""
-    version = importlib.metadata.version(DIST)
-    cache = cache or Path(sys.prefix) / "snakemake-slurm-sdist"
-    name = f"snakemake_executor_plugin_slurm-{version}"
-    tests = cache / name / "tests"
-    if (tests / "tests.py").exists():
-        return tests
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (tests / "tests.py").exists():
-            archive = cache / f"{name}.tar.gz"
-            if not archive.exists():
-                subprocess.run(
-                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                     "--no-binary", ":all:", f"{DIST}=={version}", "-d", str(cache)],
-                    check=True, stdin=subprocess.DEVNULL, timeout=300,
-                )  # fmt: skip
-            with tarfile.open(archive) as tar:
-                members = [m for m in tar.getmembers() if m.name.startswith(f"{name}/tests/")]
-                tar.extractall(cache, members=members, filter="data")
-    return tests
+    return support_sdist_tests(DIST, "tests.py")
 
 
 def prepare(run_dir: Path, tests: Path | None = None) -> Path:
