@@ -8,6 +8,7 @@ the stock executor passes fails with ``jobtap-slurm``, if ``jobtap-slurm`` fails
 
     sudo .venv/bin/python -m bench.psij_suite                 # the full suite, ~5 min
     sudo .venv/bin/python -m bench.psij_suite test_executor.py::test_cancel
+    sudo VENV/bin/python -m bench.psij_suite --tests CHECKOUT/tests   # see bench.psij_head
 
 Needs root; starts Slurm if it is not running and takes the live tests' Slurm lock.
 tests/live/test_psij.py runs a part of it in ``make test``.
@@ -15,7 +16,9 @@ tests/live/test_psij.py runs a part of it in ``make test``.
 
 from __future__ import annotations
 
+import argparse
 import fcntl
+import importlib.metadata
 import platform
 import sys
 import tempfile
@@ -27,6 +30,7 @@ from tests.psij.upstream import (
     EXECUTOR_TESTS,
     EXECUTORS,
     check_side_by_side,
+    executor_tests,
     jobtap_on_slurm,
     prepare,
     run_suite,
@@ -35,7 +39,16 @@ from tests.support.slurm import LOCK, _start_slurm, cancel_everything
 
 
 def main(argv: list[str]) -> int:
-    selection = argv or list(EXECUTOR_TESTS)
+    parser = argparse.ArgumentParser(prog="python -m bench.psij_suite")
+    parser.add_argument("selection", nargs="*", help="test files or node ids (default: all)")
+    parser.add_argument(
+        "--tests", type=Path, help="a PSI/J tests folder (default: the installed sdist's)"
+    )
+    args = parser.parse_args(argv)
+    default = executor_tests(args.tests) if args.tests else list(EXECUTOR_TESTS)
+    selection = args.selection or default
+    print(f"psij-python {importlib.metadata.version('psij-python')}, tests from "
+          f"{args.tests or 'its sdist'}: {' '.join(selection)}", flush=True)  # fmt: skip
     with open(LOCK, "a") as lock, tempfile.TemporaryDirectory(prefix="psij-suite-") as tmp:
         print(f"waiting for the Slurm lock {LOCK} ...", flush=True)
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -46,7 +59,7 @@ def main(argv: list[str]) -> int:
         cancel_everything()
         redis = RedisServer(Path(tmp) / "redis").start()
         try:
-            run_dir = prepare(Path(tmp) / "psij-tests")
+            run_dir = prepare(Path(tmp) / "psij-tests", args.tests)
             t0 = time.monotonic()
             with jobtap_on_slurm(redis.url, Path(tmp)) as env:
                 result = run_suite(run_dir, EXECUTORS, selection, env=env, timeout=3600)

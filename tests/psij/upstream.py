@@ -48,16 +48,29 @@ def sdist_tests() -> Path:
 
 
 def prepare(run_dir: Path, tests: Path | None = None) -> Path:
-    """A folder with the sdist's test files, unmodified, and our harness."""
+    """A folder with PSI/J's test files, unmodified, and our harness: always our
+    ``conftest.py`` (the side-by-side results); PSI/J's own test helpers
+    (``_test_tools.py``, ``executor_test_params.py``) where the folder has them (a
+    repository checkout), else ours (the sdist does not ship them)."""
+    tests = tests or sdist_tests()
     run_dir.mkdir(parents=True, exist_ok=True)
-    for path in (tests or sdist_tests()).iterdir():
+    for path in tests.iterdir():
         if path.is_file():
             shutil.copyfile(path, run_dir / path.name)
     shutil.copyfile(HARNESS / "conftest_psij.py", run_dir / "conftest.py")
     for name in ("_test_tools.py", "executor_test_params.py"):
-        shutil.copyfile(HARNESS / name, run_dir / name)
+        if not (tests / name).exists():
+            shutil.copyfile(HARNESS / name, run_dir / name)
     (run_dir / "pytest.ini").write_text(PYTEST_INI)
     return run_dir
+
+
+def executor_tests(tests: Path) -> list[str]:
+    """The files of a PSI/J ``tests`` folder whose tests take ``execparams`` (a
+    repository checkout may have more than :data:`EXECUTOR_TESTS`)."""
+    return sorted(
+        p.name for p in tests.glob("test_*.py") if "execparams" in p.read_text(errors="replace")
+    )
 
 
 @dataclass
