@@ -13,6 +13,7 @@ from .options import (
     log_options,
     metrics_options,
     queue_redis_option,
+    queue_wait_option,
     redis_option,
     serve_metrics,
     site_option,
@@ -80,6 +81,7 @@ from .options import (
     help="A probe naming more jobs than this makes the cycle a full stat.",
 )
 @queue_redis_option
+@queue_wait_option
 @click.option("--prefix", default="", help="Run scheduler commands through this, e.g. 'ssh head1'.")
 @click.option("--stat-timeout", type=float, default=60.0, show_default=True)
 @click.option("--qstat", default="qstat", show_default=True, help="PBS: qstat command.")

@@ -41,9 +41,22 @@ _META_WAIT = "jobtap.queue_wait_replicas"
 
 
 def queue_redis_option(f):
-    """``--queue-redis URL`` and ``--queue-wait-replicas N`` (read by
-    :func:`connect_queues`)."""
-    f = click.option(
+    """``--queue-redis URL`` (read by :func:`connect_queues`)."""
+    return click.option(
+        "--queue-redis",
+        envvar="JOBTAP_QUEUE_REDIS",
+        default=None,
+        callback=with_password,
+        help="Redis URL of the rq queues (env JOBTAP_QUEUE_REDIS; default: --redis).  A plain "
+        "Redis: required when --redis is a Redis Cluster, which rq cannot use.  A Redis under "
+        "Sentinel: redis+sentinel://[user@]host:port[,host:port...]/SERVICE[/DB].",
+    )(f)
+
+
+def queue_wait_option(f):
+    """``--queue-wait-replicas N`` (read by :func:`connect_queues`): only for the
+    command that ships chunks (the collector); the others write nothing to wait for."""
+    return click.option(
         "--queue-wait-replicas",
         type=click.IntRange(0, 16),
         envvar="JOBTAP_QUEUE_WAIT_REPLICAS",
@@ -54,15 +67,6 @@ def queue_redis_option(f):
         help="Replicas of the queue Redis that must acknowledge each shipment (WAIT) before "
         "it counts as shipped (env JOBTAP_QUEUE_WAIT_REPLICAS; default: 1 for a "
         "redis+sentinel:// URL, else 0).",
-    )(f)
-    return click.option(
-        "--queue-redis",
-        envvar="JOBTAP_QUEUE_REDIS",
-        default=None,
-        callback=with_password,
-        help="Redis URL of the rq queues (env JOBTAP_QUEUE_REDIS; default: --redis).  A plain "
-        "Redis: required when --redis is a Redis Cluster, which rq cannot use.  A Redis under "
-        "Sentinel: redis+sentinel://[user@]host:port[,host:port...]/SERVICE[/DB].",
     )(f)
 
 

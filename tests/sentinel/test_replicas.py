@@ -88,3 +88,20 @@ def test_the_collector_command_waits_for_a_replica_unless_told_not_to(
     assert "acknowledged by 0 of the 1 queue replica(s)" in waited.stderr
     assert told.returncode == 0, told.stderr
     assert "--queue-wait-replicas 0: a chunk shipped just before" in told.stderr
+
+
+def test_only_the_collector_offers_to_wait_for_replicas():
+    """Only the collector ships chunks: the worker, status and doctor take the
+    queue Redis but offer no --queue-wait-replicas that would do nothing."""
+    from click.testing import CliRunner
+
+    from jobtap.cli.app import main
+
+    def offers(command: str) -> bool:
+        out = CliRunner().invoke(main, [command, "--help"])
+        assert out.exit_code == 0, out.output
+        assert "--queue-redis" in out.output
+        return "--queue-wait-replicas" in out.output
+
+    assert offers("collector")
+    assert not any(offers(c) for c in ("worker", "status", "doctor"))
