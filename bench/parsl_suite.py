@@ -12,8 +12,7 @@ it ran (sacct, squeue, scontrol, sinfo: logged by wrappers first on PATH); exits
 
 Needs root; starts Slurm if it is not running; takes the Slurm lock for each side.
 Parsl 2026.10.26's tests/conftest.py declares a hook argument pytest 9 removed
-(``pytest_ignore_collect(path)``): run it with a venv that has pytest 8, e.g.
-``python -m venv v8 && v8/bin/pip install -e '.[test,parsl]' 'pytest<9'``.
+(``pytest_ignore_collect(path)``): the ``test`` extra keeps pytest below 9.
 """
 
 from __future__ import annotations
