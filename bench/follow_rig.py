@@ -51,8 +51,12 @@ def print_table(
 
 
 class FollowRig:
-    def __init__(self, workdir: Path, site: str, *, interval: float = 5.0) -> None:
-        self.site, self.interval = site, interval
+    def __init__(
+        self, workdir: Path, site: str, *, interval: float = 5.0, nodes_every: int = 10**6
+    ) -> None:
+        """``nodes_every``: cycles between two stats of nodes and queues (the
+        collector's default is 6; by default only the first cycle has them)."""
+        self.site, self.interval, self.nodes_every = site, interval, nodes_every
         self.keys = SiteKeys(site)
         self.server = RedisServer(workdir / "redis").start()
         self.redis = self.server.client()
@@ -76,7 +80,8 @@ class FollowRig:
         )  # fmt: skip
         self.client = jobtap.Client(self.server.url, site=self.site)
         self.client.subscribe(self.on_change, all_jobs=True, initial=False)
-        collector = Collector(backend, self.redis, site=self.site, nodes_every=10**6)
+        collector = Collector(backend, self.redis, site=self.site,
+                              nodes_every=self.nodes_every)  # fmt: skip
         self.service = CollectorService(collector, interval=self.interval, follow=True,
                                         backend_name=backend_name)  # fmt: skip
         self.runner = threading.Thread(target=self.service.run, daemon=True)

@@ -36,69 +36,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from bench.follow_rig import JOBTAP, FollowRig, ms, percentile, print_table
+from bench.pbs_rig import (
+    FIXTURES,
+    QSTAT_E,
+    count_refreshes,
+    hook_config,
+    jobobit_job,
+    standin_backend,
+    use_standins,
+)
 from jobtap.cli.localredis import RedisServer
-from jobtap.collector.backends.pbs import PBSBackend
-from jobtap.keys import POKES_MAXLEN, SiteKeys
-from tests.backends.test_pbs_hook_record import at_jobobit, pbs_job
-from tests.support.paths import FAKE_BIN, fixtures_dir
 from tests.support.pbs_hook import run_hook
 from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
 
-FIXTURES = fixtures_dir() / "pbs"
 MODES = {
     "before": "jobobit poke, no record (qstat re-check)",
     "after": "jobobit poke with the record",
     "mom": "MoM hook (execjob_epilogue, ended)",
 }
-
-
-class CountingPBS(PBSBackend):
-    """The real backend, counting its ``qstat -x`` calls, and those made while
-    the follow path refreshes poked jobs."""
-
-    def __init__(self, **kw) -> None:
-        super().__init__(**kw)
-        self.calls = self.refresh_calls = 0
-        self.refreshing = threading.local()
-
-    def _history_once(self, job_ids):
-        self.calls += 1
-        if getattr(self.refreshing, "on", False):
-            self.refresh_calls += 1
-        return super()._history_once(job_ids)
-
-
-def count_refreshes(rig: FollowRig, backend: CountingPBS) -> dict[str, float]:
-    """Count the follow path's qstat calls; return when each job was first
-    shipped by a refresh (filled in as the run goes)."""
-    assert rig.service is not None
-    collector = rig.service.collector
-    plain = collector.refresh
-    shipped: dict[str, float] = {}
-
-    def refresh(job_ids, given=None, **kw):
-        backend.refreshing.on = True
-        try:
-            report = plain(job_ids, given, **kw)
-        finally:
-            backend.refreshing.on = False
-        now = time.time()
-        for job in job_ids:
-            shipped.setdefault(job, now)
-        return report
-
-    collector.refresh = refresh  # type: ignore[method-assign]
-    return shipped
 
 
 def poke_times(rig: FollowRig) -> dict[str, float]:
@@ -113,13 +76,11 @@ def poke_times(rig: FollowRig) -> dict[str, float]:
 
 def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
     site = f"pbsfollow{mode}"
-    keys = SiteKeys(site)
     ids = job_ids(args.jobs, first=9000)
     live = write_jobs(FIXTURES, RUNNING, ids, workdir / "live.json")
     done = write_jobs(FIXTURES, FINISHED, ids, workdir / "done.json")
     control = workdir / "control.json"
-    os.environ["JOBTAP_FAKE_PBS"] = str(control)
-    os.environ["JOBTAP_FAKE_PYTHON"] = sys.executable
+    use_standins(control)
     start = time.time() + 8  # after the first cycle and the subscription
     rng = random.Random(args.jobs)
     ends: dict[str, float] = {}
@@ -131,20 +92,15 @@ def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
                                    "file": str(live), "history_file": str(done),
                                    "ends": ends}))  # fmt: skip
     rig = FollowRig(workdir, site)
-    hook_config = {"jobtap": str(JOBTAP), "site": site, "redis": rig.server.url,
-                   "stream": keys.pokes, "maxlen": POKES_MAXLEN, "timeout": 0.25,
-                   "max_record": 8192 if mode == "after" else 0}  # fmt: skip
-    # The stand-ins, never the real commands on PATH (qselect: the probe).
-    backend = CountingPBS(qstat=str(FAKE_BIN / "qstat"), pbsnodes=str(FAKE_BIN / "pbsnodes"),
-                          qselect=str(FAKE_BIN / "qselect"), tz="UTC", timeout=30)  # fmt: skip
+    config = hook_config(rig, max_record=8192 if mode == "after" else 0)
+    backend = standin_backend()
     finished = json.loads(done.read_text())["Jobs"]
     hook_costs: list[float] = []
 
     def hook(job: str, event: str) -> None:
-        # pbs.event().job as jobobit sees it: the job about to go to history
-        pbs_object = pbs_job(at_jobobit(finished[job]))
+        pbs_object = jobobit_job(finished[job])
         t0 = time.perf_counter()
-        run_hook(hook_config, workdir / f"hook-{job}.json", event, job, job=pbs_object)
+        run_hook(config, workdir / f"hook-{job}.json", event, job, job=pbs_object)
         hook_costs.append(time.perf_counter() - t0)
 
     timers = []
@@ -170,7 +126,7 @@ def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict:
     return {"mode": mode, "latencies": latencies, "missing": len(ends) - len(latencies),
             "from_poke": from_poke, "to_ship": to_ship, "hook_costs": hook_costs,
             "refreshes": int(meta.get("refreshes", 0)), "cycles": int(meta.get("cycles_ok", 0)),
-            "refresh_qstats": backend.refresh_calls, "qstats": backend.calls,
+            "refresh_qstats": backend.in_refreshes(QSTAT_E), "qstats": backend.counts[QSTAT_E],
             "jobs": len(ends)}  # fmt: skip
 
 
@@ -206,8 +162,6 @@ def main() -> None:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         ap.error(f"unknown mode(s) {', '.join(unknown)}: choose among {', '.join(MODES)}")
-    os.environ["TZ"] = "UTC"  # the hook's localtime() is the stand-in server's zone
-    time.tzset()
     results = []
     for mode in modes:
         with tempfile.TemporaryDirectory(prefix="jobtap-bench-") as tmp:
