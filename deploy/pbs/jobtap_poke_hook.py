@@ -3,15 +3,19 @@
 # Installed by deploy/pbs/install-hook.sh (see deploy/pbs/README.md) as two hooks
 # with this same file and the same configuration:
 #
-# * jobtap_poke, a server hook on runjob, modifyjob and jobobit: it starts
-#   `jobtap poke` in the background (the server runs hooks in its own process:
-#   nothing here may block it) and accepts the event at once.  On jobobit it
-#   sends the job's final record with the poke instead (the field "record": the
-#   job as `qstat -x -f -F json` will print it once the server has moved it to
-#   history, built from pbs.event().job, see final_record), written by the hook
-#   itself like the MoM hook's poke, so the collector needs no qstat for the
-#   job's end.  A record it cannot build exactly, or one longer than
-#   "max_record" bytes, is left out: the collector then asks qstat as before.
+# * jobtap_poke, a server hook on runjob, modifyjob and jobobit: it writes the
+#   poke itself (a few lines of the Redis protocol over one short connection,
+#   waiting at most "timeout" seconds: the server runs hooks in its own process,
+#   so nothing here may block it for long) and accepts the event.  On jobobit
+#   the poke carries the job's final record (the field "record": the job as
+#   `qstat -x -f -F json` will print it once the server has moved it to
+#   history, built from pbs.event().job, see final_record), so the collector
+#   needs no qstat for the job's end.  A record it cannot build exactly, or one
+#   longer than "max_record" bytes, is left out: the collector then asks qstat
+#   as before.  A configuration without "stream" (written before the hook wrote
+#   pokes itself) makes it start `jobtap poke` in the background instead: a
+#   Python process per event, which a burst of job starts turns into a queue of
+#   processes (300 starts held jobobit's pokes back by over 30 s).
 # * jobtap_mom_poke, a MoM hook on execjob_epilogue: the first moment PBS knows a
 #   job has ended is on its execution host, before the MoM tells the server.  The
 #   hook writes the poke itself (a few lines of the Redis protocol, no process to
@@ -380,7 +384,11 @@ def main():
             config = load_config()
             if on_execution_host(event):
                 poke_now(config, jid, ended="1")
-            elif not poke_with_record(config, event, jid):
+            elif poke_with_record(config, event, jid):
+                pass
+            elif config.get("stream"):
+                poke_now(config, jid)
+            else:
                 poke_in_background(config, jid)
     except Exception as exc:  # never let jobtap get in the way of a job
         pbs.logmsg(pbs.LOG_DEBUG, "jobtap poke hook: %s" % exc)

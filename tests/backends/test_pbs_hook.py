@@ -1,4 +1,6 @@
-"""The PBS server hook (deploy/pbs) runs `jobtap poke` without blocking the server.
+"""The PBS server hook (deploy/pbs) with a configuration that names no poke
+stream (written before the hook wrote its pokes itself) runs `jobtap poke`
+without blocking the server.
 
 PBS hooks run inside pbs_server's Python with its `pbs` module, which is not
 available here: tests/backends/pbs_server_python.py runs the hook with the part

@@ -67,15 +67,27 @@ def test_failures_are_logged_and_the_event_accepted(tmp_path, redis_server, poke
     assert r.xlen(K.pokes) == 0
 
 
-def test_server_events_still_poke_in_the_background(tmp_path, redis_server, r):
-    """jobobit on the server: `jobtap poke` as a detached process (the real one)."""
+@pytest.mark.parametrize("event", ["RUNJOB", "MODIFYJOB"])
+def test_server_events_write_the_poke_themselves(tmp_path, r, poker_url, event):
+    """runjob and modifyjob on the server: the poke is written by the hook, no
+    process started (a burst of job starts once queued 300 `jobtap poke`s)."""
+    conf = config(poker_url, jobtap=str(tmp_path / "no-such-jobtap"))
+    run = run_hook(conf, tmp_path / "hook.json", event, "46.server")
+    assert run.accepted == [True] and run.logged == []
+    (_id, fields), = r.xrange(K.pokes)  # fmt: skip
+    assert fields[b"ids"] == b"46.server" and b"ended" not in fields and b"record" not in fields
+
+
+def test_a_configuration_without_the_stream_pokes_in_the_background(tmp_path, redis_server, r):
+    """A configuration from before the hook wrote pokes itself (no "stream"):
+    `jobtap poke` as a detached process (the real one) finds the stream."""
     import shutil
     import sys
 
     from tests.support.wait import eventually
 
     jobtap = shutil.which("jobtap", path=str(__import__("pathlib").Path(sys.executable).parent))
-    conf = config(f"redis://127.0.0.1:{redis_server.port}/0", jobtap=jobtap)
+    conf = config(f"redis://127.0.0.1:{redis_server.port}/0", jobtap=jobtap, stream="")
     run = run_hook(conf, tmp_path / "hook.json", "JOBOBIT", "45.server")
     assert run.accepted == [True] and run.logged == []
     entries = eventually(lambda: r.xrange(K.pokes), what="the background poke")
