@@ -45,30 +45,65 @@ ending on the server at a known moment); ``"ends": {ID: EPOCH}`` (with
 ``"file"`` and ``"history_file"``): each job is live until its end, then
 finished, one by one (``"appear": {ID: EPOCH}``: unknown before that, as a job
 not submitted yet); ``"log"``: a file that gets one JSON line per call
-(program, arguments, connections, throttled, port waits, seconds spent on the
-costs below).
+(program, arguments and what it cost: see the end).
 
 Costs (``"costs"``: ``{"scale": S}``, default 1 = real time; ``false`` = none).
 There is no server here, so the costs copy what a real OpenPBS 23.06.06 showed
-(issue 11 and ``tests/fixtures/pbs/README.md``); each is multiplied by S:
+(issues 10 and 11, ``tests/fixtures/pbs/README.md``); each is multiplied by S:
 
-* qstat sleeps 200 ms when the same user (uid) ran qstat earlier in the same
-  wall-clock second (measured: ``qstat -f -F json`` of 1,000 jobs, back to
-  back, 181 ms -> 401 ms).
-* Every server connection is authenticated through ``pbs_iff`` on a privileged
-  port: 35 ms each (a 200-id call took 7 s on a quiet server).  Without ``-E``
-  qstat opens one connection per job id; with ``-E``, or without ids, one.
-  pbsnodes opens one.
+* qstat sleeps 200 ms (``THROTTLE``) when the same user (uid) ran qstat earlier
+  in the same wall-clock second (measured: ``qstat -f -F json`` of 1,000 jobs,
+  back to back, 181 ms -> 401 ms; here 205 ms -> 405 ms).  This is the client
+  waiting, not the server at work.
+* Every qstat or pbsnodes server connection is authenticated through ``pbs_iff``
+  on a privileged port: 35 ms each (``CONNECT``: a 200-id qstat without ``-E``
+  took 7 s on a quiet server, 35 ms an id).  Without ``-E`` qstat opens one
+  connection per job id; with ``-E``, or without ids, one.  pbsnodes opens one.
+* Each job record qstat prints costs 0.17 ms (``RECORD``): ``qstat -f -F json``
+  of 1,000 jobs took 181 ms, ``qstat -E -x -f -F json -t`` of 1,000 ids 0.23 s;
+  less the connection, 146 and 195 us a record; the model takes their mean, so
+  it prices those two calls at 205 ms each (+13 %, -11 %).  The records are
+  counted in what the call prints (``"Jobs"``, subjobs included).  The same
+  server's median for 5,000 queued jobs, 0.29 s (``tests/fixtures/pbs/
+  README.md``), is 51 us a record (``RECORD_AT_5000``): the real cost grows less
+  than linearly, or the two were measured in other server states, and the model
+  prices large listings on the slow side (5,000 jobs: 0.885 s, 3x the real
+  0.29 s; 2,000: 0.375 s).  Queue (``-Q``) and node records are not priced: no
+  measurement.
+* qselect: one connection at 17 ms (``QSELECT``) plus 1 us per id it prints
+  (``QSELECT_ID``); measured: 18 ms for one qselect on a server with 1,000 jobs
+  (issue 10).  That one figure cannot tell the call from its ids: an id line
+  (about 9 bytes) is 1/150 of a job record (1,350 bytes each in
+  ``bench-5000``), so an id gets 1/150 of ``RECORD``, about 1 us, and the call
+  the rest of the 18 ms (1,000 ids: 17 + 1 ms).  That a whole qselect costs
+  less than qstat's 35 ms a connection says the 35 ms is not the connection
+  alone (it is qstat's round trip per id: connect, ``pbs_iff``, one status
+  request, disconnect); the model keeps each figure for the call it was
+  measured on.  Not modelled: the select walks every job the server holds,
+  so a qselect on a larger server may cost more than 17 ms.
 * About 400 such ports exist; a closed connection holds its port in TIME_WAIT
   for 60 s; when none is free qstat waits 1 s and tries again.  With these
   figures 1,000 ids without ``-E`` take about 130 s here (``python -m
   bench.pbs_history --ungrouped``; measured on the real server: 88-117 s, and
   7-49 s for 200 ids depending on the ports earlier calls still held): the
   model errs on the slow side.  With ``-E``, one connection (measured: 0.23 s
-  for 1,000 ids).
+  for 1,000 ids; here 0.205 s).
 * The state (last qstat start per uid, ports in TIME_WAIT) is kept in
   ``"state"`` (default: the control file's path + ``.state``), so it carries
   over between calls as on a real host; each test has its own.
+* A call sleeps the throttle, its connections and port waits, then reads the
+  server's state (the answer is what the server held once the client got
+  through), then sleeps until its whole modelled time since it began is over:
+  the stand-in's own work (reading, selecting, counting) counts toward it.
+
+The log line of a call (``"log"``) holds ``start`` (when it began, epoch
+seconds), ``connections``, ``throttled``, ``port_waits``, ``records`` (what
+the call printed: the job records of a qstat, the ids of a qselect; 0 for
+pbsnodes and ``qstat -Q``) and the seconds of each part (at scale S):
+``throttle_seconds`` (qstat sleeping on the client), ``connect_seconds`` and
+``record_seconds`` (the server at work), ``port_wait_seconds`` (waiting for
+a free port), and their sum ``seconds``.  It is written once the answer is
+known, before the call's last sleep.
 """
 
 from __future__ import annotations
@@ -86,12 +121,20 @@ from pathlib import Path
 PROGRAMS = ("qstat", "pbsnodes")
 UNKNOWN_EXIT = 153  # PBSE_UNKJOBID - 15000, what qstat exits with
 STAGE = re.compile(r"^(\d+-[^.]+)\.")
-# Real costs at scale 1, in seconds (see the module docstring for their source).
-THROTTLE = 0.2
-CONNECT = 0.035
-PORTS = 400
-TIME_WAIT = 60.0
-PORT_RETRY = 1.0
+# Real costs at scale 1, in seconds (the module docstring says more of each source).
+THROTTLE = 0.2  # qstat -f of 1,000 jobs back to back: 181 ms -> 401 ms (issue 10)
+CONNECT = 0.035  # qstat of 200 ids without -E: 7 s on a quiet server (issue 11)
+RECORD = 0.00017  # a job record qstat prints: mean of (181 - 35) ms / 1,000 (qstat -f
+#                   of 1,000 jobs, issue 10) and (230 - 35) ms / 1,000 (qstat -E of
+#                   1,000 ids, issue 11)
+RECORD_AT_5000 = (0.29 - CONNECT) / 5000  # not used by the model: what the 5,000-job
+#                   median (0.29 s, tests/fixtures/pbs/README.md) gives a record, 51 us
+QSELECT_ID = 0.000001  # an id qselect prints: RECORD / 150, an id line (~9 bytes) being
+#                   1/150 of a job record (1,350 bytes, bench-5000.qstat-f.json.gz)
+QSELECT = 0.018 - 1000 * QSELECT_ID  # one qselect with 1,000 jobs: 18 ms (issue 10)
+PORTS = 400  # privileged ports: 1,000 ids without -E ran out past ~400 (issue 11)
+TIME_WAIT = 60.0  # Linux's TIME_WAIT of a closed connection's port
+PORT_RETRY = 1.0  # qstat waits 1 s before it tries for a port again (issue 11)
 
 
 class Usage(Exception):
@@ -279,18 +322,49 @@ class HostState:
         self.fh.close()
 
 
-def costs(control: dict, program: str, args: list[str]) -> dict:
-    """Work out the call's costs on the host's state; return them (the caller
-    sleeps ``seconds``)."""
+def count_records(program: str, out: bytes) -> int:
+    """What a call printed that its size term prices: a qstat's job records
+    (``"Jobs"``, subjobs included; none for ``-Q``), a qselect's ids."""
+    if program == "qselect":
+        return sum(1 for line in out.splitlines() if line.strip())
+    if program != "qstat":
+        return 0
+    try:
+        jobs = json.loads(out).get("Jobs")
+    except ValueError:
+        return 0
+    return len(jobs) if isinstance(jobs, dict) else 0
+
+
+def accounted(control: dict) -> bool:
+    """Whether a call's costs are worked out (priced or at least logged)."""
+    return control.get("costs", {}) is not False or bool(control.get("log"))
+
+
+def prices(program: str) -> tuple[float, float]:
+    """(seconds per connection, seconds per record printed) at scale 1."""
+    if program == "qselect":
+        return QSELECT, QSELECT_ID
+    return CONNECT, RECORD if program == "qstat" else 0.0
+
+
+def costs(control: dict, program: str, args: list[str], now: float | None = None) -> dict:
+    """Work out what a call that began at ``now`` (default: now) costs before
+    the server answers (the throttle, its connections, waits for ports), on the
+    host's state; return it by part (the caller sleeps until ``now + seconds``,
+    then adds what the answer costs with :func:`add_records`)."""
     settings = control.get("costs", {})
+    n = connections(program, args)
+    now = time.time() if now is None else now
+    spent = {"start": now, "connections": n, "throttled": False, "port_waits": 0, "records": 0,
+             "throttle_seconds": 0.0, "connect_seconds": 0.0, "port_wait_seconds": 0.0,
+             "record_seconds": 0.0, "seconds": 0.0}  # fmt: skip
     if settings is False:
-        return {"connections": connections(program, args), "throttled": False,
-                "port_waits": 0, "seconds": 0.0}  # fmt: skip
+        return spent
     scale = float((settings or {}).get("scale", 1.0))
     default_state = os.environ["JOBTAP_FAKE_PBS"] + ".state"
     state = HostState(Path(control.get("state", default_state)))
     try:
-        now = time.time()
         throttled = False
         if program == "qstat":
             uid = str(os.getuid())
@@ -301,7 +375,6 @@ def costs(control: dict, program: str, args: list[str]) -> dict:
         busy = [p for p in state.ports if p > now]  # ports still in TIME_WAIT
         heapq.heapify(busy)
         waits = 0
-        n = connections(program, args)
         for _ in range(n):
             while busy and busy[0] <= t:
                 heapq.heappop(busy)
@@ -310,12 +383,44 @@ def costs(control: dict, program: str, args: list[str]) -> dict:
                 waits += 1
                 while busy and busy[0] <= t:
                     heapq.heappop(busy)
-            t += CONNECT * scale
+            t += prices(program)[0] * scale
             heapq.heappush(busy, t + TIME_WAIT * scale)
         state.ports = busy
     finally:
         state.close()
-    return {"connections": n, "throttled": throttled, "port_waits": waits, "seconds": t - now}
+    spent.update(
+        throttled=throttled,
+        port_waits=waits,
+        throttle_seconds=THROTTLE * scale if throttled else 0.0,
+        connect_seconds=n * prices(program)[0] * scale,
+        port_wait_seconds=waits * PORT_RETRY * scale,
+    )
+    # t - now, added up from its parts (the difference of two epochs is off by ~1e-7)
+    spent["seconds"] = sum(spent[p] for p in ("throttle_seconds", "connect_seconds",
+                                               "port_wait_seconds"))  # fmt: skip
+    return spent
+
+
+def add_records(control: dict, program: str, spent: dict, out: bytes) -> None:
+    """Add to ``spent`` what the answer ``out`` costs: its records
+    (:func:`count_records`, counted when the call is priced or logged) at the
+    program's price per record."""
+    if not accounted(control):
+        return
+    records = count_records(program, out)
+    spent["records"] = records
+    settings = control.get("costs", {})
+    if settings is False:
+        return
+    scale = float((settings or {}).get("scale", 1.0))
+    spent["record_seconds"] = records * prices(program)[1] * scale
+    spent["seconds"] += spent["record_seconds"]
+
+
+def settle(start: float, spent: dict) -> None:
+    """Sleep until the call's modelled time since ``start`` is over (the
+    stand-in's own work so far counts toward it)."""
+    time.sleep(max(0.0, start + spent["seconds"] - time.time()))
 
 
 def log_call(control: dict, program: str, args: list[str], spent: dict) -> None:
@@ -356,19 +461,21 @@ def main(argv: list[str]) -> int:
         if mode == "hang":
             time.sleep(60)
             return 0
-        spent = costs(control, program, args)
-        log_call(control, program, args, spent)
-        time.sleep(max(0.0, spent["seconds"]))
+        start = time.time()
+        spent = costs(control, program, args, now=start)
+        settle(start, spent)  # the server answers once the client got through
         if mode == "empty":
             doc = {"timestamp": int(time.time()), "pbs_version": "23.06.06", "pbs_server": "vm"}
-            sys.stdout.buffer.write(dump(doc))
-            return 0
-        if mode not in ("ok", "garbage", "first-only"):
+            out, errors, status = dump(doc), [], 0
+        elif mode not in ("ok", "garbage", "first-only"):
             raise Usage(f"unknown mode {mode!r}")
-        if program == "qstat":
+        elif program == "qstat":
             out, errors, status = qstat(control, directory, stage, args, mode)
         else:
             out, errors, status = pbsnodes(directory, stage, args)
+        add_records(control, program, spent, out)
+        log_call(control, program, args, spent)
+        settle(start, spent)
     except (Usage, OSError, KeyError, ValueError) as exc:
         return fail(f"pbs_standin: {exc}")
     if mode == "garbage":
