@@ -186,10 +186,21 @@ def test_a_wait_for_the_next_second_avoids_the_throttle(fake, tmp_path):
 
 
 def test_early_in_a_second_the_throttle_is_paid_rather_than_waited_out(fake, tmp_path):
+    """Two calls from early in a second: the pacer does not wait, the second
+    is throttled.  A busy machine can end the first call late in the second, or
+    start the second in the next one (nothing to test): then the pair is tried
+    again."""
     log = tmp_path / "calls.jsonl"
     fake.set("80-final", log=str(log))
     pbs = fake.backend()
-    start_at_fraction(0.05)
-    pbs.stat_jobs()
-    pbs.history(["0.vm", "3.vm"])
-    assert calls(log)[-1]["throttled"] and pbs.pacer.waits == 0
+    for _attempt in range(5):
+        start_at_fraction(0.05)
+        pbs.stat_jobs()
+        waits = pbs.pacer.waits
+        pbs.history(["0.vm", "3.vm"])
+        listing, history = calls(log)[-2:]
+        if int(listing["start"]) == int(history["start"]):
+            break
+    else:
+        pytest.fail("the two calls never began in the same second in 5 tries")
+    assert history["throttled"] and pbs.pacer.waits == waits
