@@ -110,7 +110,7 @@ class ObservationPlan:
         self.since: float | None = None
         self.signatures: dict[str, str] = {}
         # Follow mode's bound on the reads of poked jobs (pushed plans only).
-        self.reads = ReadBudget(clock=clock, single_share=0.5)
+        self.reads = ReadBudget(clock=clock, single_share=SINGLE_SHARE)
 
     def reset(self) -> None:
         """Forget everything: the next cycle reconciles (a (re)start, or Redis
@@ -188,6 +188,14 @@ class ObservationPlan:
 # -- what reading poked jobs may cost ------------------------------------------------
 SINGLES = "singles"
 LISTING = "listing"
+# The least a single read is priced at, as a share of a listing.  On Slurm 22.05 with
+# 2,000 jobs queued, a read through slurmrestd (REQUEST_JOB_INFO_SINGLE and its
+# REQUEST_FED_INFO) cost slurmctld 0.4 ms at one job a second, a twelfth of a 5 ms
+# listing (docs/performance.md, "Slurm follow mode across churn rates"); half a
+# listing, the price until then (set when each poke started a Python process and
+# reads cost up to a third of a listing), made two pokes a listing and held pokes
+# back for the budget.
+SINGLE_SHARE = 0.1
 
 
 @runtime_checkable
@@ -228,12 +236,11 @@ class ReadBudget:
     mean (``weight`` for the newest measurement) of the scheduler's own
     figures where the backend gives them (:class:`MeasuresReads`), else of
     the wall time of the commands.  A single read is priced at no less than
-    ``single_share`` of a listing: reads that follow a job's start or end meet
-    the scheduler at its busiest, and cost it more than their average (on
-    Slurm 22.05, a third of a listing of 2,000 jobs at one job a second,
-    against a twentieth when quiet), while the figures come late.  Until a
-    listing was measured, nothing is bounded (every read is a single one, as
-    before)."""
+    ``single_share`` of a listing (:data:`SINGLE_SHARE` in a plan): the
+    scheduler's figures come late (sampled every few intervals), and until the
+    first single reads are measured the price guards against a listing's worth
+    of them in one go.  Until a listing was measured, nothing is bounded (every
+    read is a single one, as before)."""
 
     def __init__(
         self,
