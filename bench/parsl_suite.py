@@ -1,4 +1,5 @@
-"""A part of Parsl's own tests (the ``parsl/tests`` the wheel ships, unmodified)
+"""Parsl's own tests (the ``parsl/tests`` the wheel ships, unmodified: every test
+they run with a ``--config``, or those given)
 on the real Slurm of deploy/slurm/start.sh, with Parsl's CI Slurm configuration
 (``parsl/tests/configs/slurm_local.py``: one HighThroughputExecutor block) and the
 same configuration with ``jobtap.parsl.SlurmProvider``; jobtap in follow mode (the
@@ -7,7 +8,7 @@ redis-server.  Prints each side's outcome, wall time and the scheduler commands
 it ran (sacct, squeue, scontrol, sinfo: logged by wrappers first on PATH); exits
 1 if the jobtap side ran a status command or failed a test the stock side passed.
 
-    sudo .venv/bin/python -m bench.parsl_suite                       # ~2 x 1 min
+    sudo .venv/bin/python -m bench.parsl_suite                       # ~2 x 1 min, ~150 tests
     sudo .venv/bin/python -m bench.parsl_suite test_bash_apps/test_basic.py
 
 Needs root; starts Slurm if it is not running; takes the Slurm lock for each side.
@@ -34,11 +35,9 @@ from tests.support.slurm import SITE
 from .snakemake_suite import slurm_turn, status_calls, summary
 
 TESTS = Path(parsl.__file__).parent / "tests"
-SELECTION = (
-    "test_python_apps/test_basic.py",
-    "test_bash_apps/test_basic.py",
-    "test_python_apps/test_fibonacci_recursive.py",
-)
+# Everything Parsl's tests run with a --config (its conftest skips the tests marked
+# ``local``, which bring their own configuration): about 150 tests, 15 s a side here.
+SELECTION = (".",)
 CONFIG = """
 from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
@@ -73,7 +72,8 @@ SIDES = {
 }
 
 
-def run_side(tmp: Path, name: str, selection: list[str]) -> tuple[str, float, CommandLog]:
+def run_side(tmp: Path, name: str, selection: list[str]) -> tuple[str, float, CommandLog, set[str]]:
+    """One side's last pytest line, wall time, commands and failed test ids."""
     module, extra = SIDES[name]
     folder = tmp / re.sub(r"\W+", "-", name)
     folder.mkdir()
@@ -87,7 +87,7 @@ def run_side(tmp: Path, name: str, selection: list[str]) -> tuple[str, float, Co
                 # HTEX starts interchange.py and process_worker_pool.py from PATH
                 env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
                 argv = [
-                    sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
                     *(str(TESTS / s) for s in selection), "--config", str(config),
                 ]  # fmt: skip
                 t0 = time.monotonic()
@@ -99,18 +99,21 @@ def run_side(tmp: Path, name: str, selection: list[str]) -> tuple[str, float, Co
         finally:
             redis.stop()
     output = (proc.stdout + proc.stderr).strip().splitlines()
-    if proc.returncode != 0:
-        print("\n".join([line for line in output if line.startswith("E ")][:20]))
-    return (output[-1:] or ["(no output)"])[0], wall, commands
+    failed = {line.split()[1].rpartition("parsl/tests/")[2] for line in output
+              if line.startswith("FAILED ")}  # fmt: skip
+    for test in sorted(failed):
+        print(f"  failed: {test}")
+    return (output[-1:] or ["(no output)"])[0], wall, commands, failed
 
 
 def main(argv: list[str]) -> int:
     selection = argv or list(SELECTION)
     failed = []
     results = {}
+    failures: dict[str, set[str]] = {}
     with tempfile.TemporaryDirectory(prefix="parsl-suite-") as tmp_name:
         for name in SIDES:
-            outcome, wall, commands = run_side(Path(tmp_name), name, selection)
+            outcome, wall, commands, failures[name] = run_side(Path(tmp_name), name, selection)
             results[name] = outcome
             print(f"{name}: {outcome}; {wall:.1f} s; commands: {summary(commands)}", flush=True)
             if name.startswith("jobtap") and status_calls(commands):
@@ -119,6 +122,10 @@ def main(argv: list[str]) -> int:
     passed = re.search(r"(\d+) passed", stock)
     if passed and f"{passed[1]} passed" not in ours:
         failed.append(f"stock: {stock}; jobtap: {ours}")
+    stock_failed, ours_failed = failures.values()
+    only_ours = ours_failed - stock_failed
+    if only_ours:
+        failed.append(f"failed with jobtap only: {', '.join(sorted(only_ours))}")
     for f in failed:
         print(f"FAILED: {f}", file=sys.stderr)
     return 1 if failed else 0
