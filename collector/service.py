@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import orjson
 import redis
@@ -48,6 +49,7 @@ from .hoststate import HostState
 from .lease import GUARDED_EPOCH_TAIL, Holding, Lease, LeaseLost, default_lease
 from .metrics import FULL, PROBE, PUSHED, REFRESH, CollectorMetrics, failure_cause
 
+_T = TypeVar("_T")
 log = logging.getLogger("jobtap.collector")
 # The plan's tiers as the metrics name them ("full": a full stat of every job).
 METRICS_TIER = {plan.RECONCILE: FULL, plan.PROBE: PROBE, plan.PUSHED: PUSHED}
@@ -440,7 +442,9 @@ class CollectorService:
         if given:  # records the pokes brought (PBS's jobobit hook): no scheduler command
             rest = [j for j in ids if j not in given]
             done = self.refresh_now(list(given), given)
-            return done & self.refresh_now(rest) if rest else done
+            return done & self._asking(rest) if rest else done
+        if isinstance(backend, RecordsInPokes):
+            return self._asking(ids)
         if isinstance(backend, RecordsAtHand):
             quick = backend.at_hand(ids)
             if quick and len(quick) < len(ids):
@@ -554,16 +558,31 @@ class CollectorService:
         collector = self.collector
         if self.pokes is None or not isinstance(collector.backend, RecordsInPokes):
             return collector.run_cycle()
+        return self._serving_records(collector.run_cycle, "jobtap-cycle")
+
+    def _asking(self, ids: list[str]) -> bool:
+        """Refresh poked jobs that need the scheduler's answer (a ``qstat -E``,
+        which the same-second throttle may hold 200 ms) while the pokes that
+        bring their record keep being served, as during a cycle."""
+        return self._serving_records(lambda: self.refresh_now(ids), "jobtap-refresh")
+
+    def _serving_records(self, work: Callable[[], _T], name: str) -> _T:
+        """``work`` (a cycle, or a refresh that asks the scheduler) in a thread
+        of its own, while this one ships the pending pokes that brought their
+        record; what the collector remembers of those is noted after ``work``,
+        which owns the tracker until it ends.  Returns what ``work`` returned,
+        or raises what it raised."""
+        assert self.pokes is not None
         outcome: dict[str, object] = {}
 
-        def cycle() -> None:
+        def run() -> None:
             try:
-                outcome["report"] = collector.run_cycle()
+                outcome["result"] = work()
             except BaseException as exc:  # raised again in this thread
                 outcome["error"] = exc
 
         deferred: list[Callable[[], None]] = []
-        runner = threading.Thread(target=cycle, name="jobtap-cycle", daemon=True)
+        runner = threading.Thread(target=run, name=name, daemon=True)
         runner.start()
         try:
             while runner.is_alive():
@@ -581,9 +600,7 @@ class CollectorService:
                 step()
         if "error" in outcome:
             raise outcome["error"]  # type: ignore[misc]
-        report = outcome["report"]
-        assert isinstance(report, CycleReport)
-        return report
+        return outcome["result"]  # type: ignore[return-value]
 
     def serve_records(self, deferred: list[Callable[[], None]] | None) -> None:
         """Ship the pending pokes that brought an acceptable record (during a

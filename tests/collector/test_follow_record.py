@@ -190,3 +190,43 @@ def test_a_record_is_shipped_while_a_cycle_waits_for_qstat(tmp_path, monkeypatch
     drain(r, SITE)
     events = [e for e in site_events(r, SITE) if e["object_id"] == "3.vm"]
     assert [e["type"] for e in events] == ["new", "final"]
+
+
+def test_a_record_is_shipped_while_a_record_less_poke_waits_for_qstat(
+    tmp_path, monkeypatch, r, redis_server
+):
+    """A record-less poke's qstat -E (here held until the barrier below) does
+    not hold up a final that needs none: the jobobit poke that arrives while
+    it waits is shipped meanwhile.  Barrier: the read of the record-less job
+    waits for that final to be shipped, and would time out if it were not."""
+    fake = FakePBS(tmp_path, FIXTURES, monkeypatch)
+    fake.set("10-busy")
+    svc = service(fake, r)
+    fake.set("40-drained")
+    final_shipped = threading.Event()
+    refresh = svc.collector.refresh
+
+    def noting_refresh(ids, given=None, **kw):
+        report = refresh(ids, given, **kw)
+        if given and "3.vm" in given:
+            final_shipped.set()
+        return report
+
+    monkeypatch.setattr(svc.collector, "refresh", noting_refresh)
+    backend = svc.collector.backend
+    stat_some = backend.stat_some
+    waited: list[bool] = []
+
+    def held_stat_some(ids):
+        if "1.vm" in ids:  # the record-less poke: its answer waits for the record's final
+            jobobit(tmp_path, redis_server, "40-drained", "3.vm")
+            waited.append(final_shipped.wait(30))
+        return stat_some(ids)
+
+    monkeypatch.setattr(backend, "stat_some", held_stat_some)
+    svc.pokes.pending["1.vm"] = None  # a runjob or modifyjob poke: no record
+    assert svc.serve_pokes()
+    assert waited == [True]
+    seen = svc.collector.tracker.of("job")
+    assert seen["3.vm"].state in TERMINAL and seen["1.vm"].state in TERMINAL
+    assert "3.vm" in svc.collector.poked_finals  # noted once the refresh was over
