@@ -23,6 +23,7 @@ from rq import Queue, Retry
 from jobtap.connection import wait_replicas
 from jobtap.keys import SiteKeys
 from jobtap.workers.chunk import APPLY_FUNC, PRIORITIES, Chunk, Item
+from jobtap.workers.queues import ChunkQueue
 
 Batches = dict[tuple[str, str], list[Item]]  # (priority, kind) -> items
 
@@ -75,7 +76,7 @@ class Shipper:
         self.replicas = replicas
         self.wait_timeout = wait_timeout
         self.lease = 0  # the lease generation every chunk carries (collector/lease.py)
-        self.queues = {p: Queue(keys.rq_queue(p), connection=queue_redis) for p in PRIORITIES}
+        self.queues = {p: ChunkQueue(keys.rq_queue(p), connection=queue_redis) for p in PRIORITIES}
 
     def ship(
         self,

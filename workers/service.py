@@ -40,6 +40,7 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
 from rq.executions import Execution
+from rq.job import Job, JobStatus
 from tenacity import (
     RetryCallState,
     RetryError,
@@ -58,11 +59,13 @@ from jobtap.keys import SiteKeys
 from . import apply
 from .chunk import PRIORITIES
 from .metrics import WorkerMetrics
+from .queues import ChunkQueue
 
 log = logging.getLogger("jobtap.workers")
 HOST = socket.gethostname()
 REDIS_AWAY = apply.REDIS_AWAY
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STUCK_AFTER = 2.0  # seconds: a chunk taken and not started for this long was abandoned
 # rq workers of this process that stopped (Redis went away under them): alive as
 # a process, but they will never finish what they held.
 _retired: set[str] = set()
@@ -123,6 +126,60 @@ def requeue_abandoned(queue: Queue, *, mine: str | None = None, running: str = "
         queue.enqueue_job(job, at_front=True)
         log.warning("handed back chunk %s of dead worker %s", job.id, execution.worker_name)
         count += 1
+    return count + requeue_taken_unstarted(queue)[0]
+
+
+def taken_unstarted(queue: Queue) -> list[Job]:
+    """The chunks a worker took off ``queue`` and has not recorded as started.
+
+    rq takes a chunk by moving its id to the queue's intermediate list, and
+    records it as started (the execution record :func:`requeue_abandoned`
+    reads) a few round trips later: a live worker is in that gap for
+    milliseconds, a worker killed in it leaves the chunk there alone, where rq
+    fails it after a minute and a maintenance pass.  (Ids of chunks done,
+    failed or queued again are left to rq's own clean-up.)"""
+    started = set(queue.started_job_registry.get_job_ids(cleanup=False))
+    taken = []
+    for job_id in queue.intermediate_queue.get_job_ids():
+        if job_id in started:
+            continue
+        job = queue.fetch_job(job_id)
+        if job is None or job.get_status(refresh=False) != JobStatus.QUEUED:
+            continue
+        if queue.connection.lpos(queue.key, job_id) is None:
+            taken.append(job)
+    return taken
+
+
+def requeue_taken_unstarted(queue: Queue) -> tuple[int, int]:
+    """Put back on ``queue`` the chunks a worker took and died before starting
+    (:func:`taken_unstarted` by two passes at least :data:`STUCK_AFTER`
+    seconds apart); return how many, and how many were seen for the first
+    time (a later pass decides).  A worker frozen in that gap and put back
+    applies its chunk twice, and the second time writes nothing."""
+    inter = queue.intermediate_queue
+    requeued = waiting = 0
+    for job in taken_unstarted(queue):
+        first = inter.get_first_seen(job.id)
+        if first is None or time.time() - first.timestamp() < STUCK_AFTER:
+            inter.set_first_seen(job.id)
+            waiting += 1
+            continue
+        inter.remove(job.id)
+        queue.enqueue_job(job, at_front=True)
+        log.warning("handed back chunk %s, taken by a worker that died before starting it", job.id)
+        requeued += 1
+    return requeued, waiting
+
+
+def hand_back(queues: Sequence[Queue]) -> int:
+    """Before a worker starts: every chunk a dead worker left (:func:`requeue_abandoned`),
+    waiting :data:`STUCK_AFTER` for a second look when one may have been taken
+    and never started; return how many went back."""
+    count = sum(requeue_abandoned(q) for q in queues)
+    if any(requeue_taken_unstarted(q)[1] for q in queues):
+        time.sleep(STUCK_AFTER)
+        count += sum(requeue_taken_unstarted(q)[0] for q in queues)
     return count
 
 
@@ -147,7 +204,7 @@ def sites_with_queues(queue_redis: redis.Redis) -> list[str]:
 def site_queues(queue_redis: redis.Redis, sites: Sequence[str]) -> list[Queue]:
     """Every site's ``state`` queue, then every site's ``update`` queue."""
     return [
-        Queue(SiteKeys(site).rq_queue(p), connection=queue_redis)
+        ChunkQueue(SiteKeys(site).rq_queue(p), connection=queue_redis)
         for p in PRIORITIES
         for site in sites
     ]
@@ -162,6 +219,12 @@ class JobtapWorker(SimpleWorker):
     stop_wanted = False
     busy = False
     server: str | None = None  # the run_id of the Redis server of the queues
+    queue_class = ChunkQueue  # takes chunks with LMOVE, whatever the number of queues
+
+    def prepare_job_execution(self, job, remove_from_intermediate_queue: bool = False) -> None:
+        # rq leaves the id in the intermediate list when it serves several queues
+        # (it popped with BLPOP then); ChunkQueue always moves it there.
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
 
     def __init__(self, *args: Any, sites: Sequence[str], discover: bool = False, **kw: Any):
         super().__init__(*args, **kw)
@@ -320,8 +383,7 @@ class _WorkerLoop:
         try:
             apply.configure(self.data_redis, self.settings, self.metrics)
             queues = site_queues(self.queue_redis, self.sites)
-            for q in queues:
-                requeue_abandoned(q)
+            hand_back(queues)
             worker = JobtapWorker(
                 queues,
                 connection=self.queue_redis,

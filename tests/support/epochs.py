@@ -136,7 +136,9 @@ def check_finals_against_truth(written: Written, sim, last_stat: float) -> int:
         if ended_at is None or ended_at > last_stat:
             assert not finals, (jid, "final for a job that has not ended", truth)
             continue
-        assert finals, (jid, "ended without a final", [e["id"] for e in evs])
+        assert finals, (jid, "ended without a final", f"ended at {ended_at}, last stat "
+                        f"{last_stat}", truth.transitions[-3:], [_summary(e) for e in evs[-3:]],
+                        [e["id"] for e in evs])  # fmt: skip
         last = evs[-1]
         assert last["type"] == "final", (jid, "something after the last final", last["id"])
         rec = last["record"]

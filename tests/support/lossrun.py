@@ -55,6 +55,7 @@ from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.workers.apply import Settings
 from jobtap.workers.chunk import PRIORITIES, Chunk
+from jobtap.workers.service import taken_unstarted
 from tests.support.epochs import Written, check_finals_against_truth, content
 from tests.support.redisloss import restart_empty, restart_from, snapshot
 from tests.support.wait import eventually
@@ -461,10 +462,14 @@ class LossRun:
 
     # -- the end --------------------------------------------------------------------------------
     def _drained(self) -> bool:
+        """No chunk queued, started, or taken by a worker killed before it
+        started it (the next worker hands that one back)."""
         r = self.server.client()
         try:
             for q in self._queues(r):
                 if q.count or q.started_job_registry.get_job_count(cleanup=False):
+                    return False
+                if taken_unstarted(q):
                     return False
             return True
         finally:

@@ -96,3 +96,49 @@ def test_a_burst_worker_started_while_redis_is_down_waits_for_it(durable_redis, 
         worked = run_worker(r, r, SITE, burst=True, backoff=(0.05, 0.2))  # rq: main thread
         helper.join(30)
     assert worked and r.xlen(K.events) == 10
+
+
+def test_a_chunk_taken_by_a_worker_killed_before_starting_it_is_applied(redis_server, caplog):
+    """rq takes a chunk by moving its id to the queue's intermediate list and
+    records it as started a few round trips later; a worker SIGKILLed in
+    between leaves it there, which rq fails only after a minute.  The next
+    worker hands it back (a second look STUCK_AFTER later) and applies it."""
+    from rq import Queue
+
+    from jobtap.workers.service import taken_unstarted
+
+    r = redis_server.client()
+    ship(r, 1, [f"{i}.pbs" for i in range(10)])
+    queue = Queue(K.rq_queue(STATE), connection=r)
+    assert r.lmove(queue.key, queue.intermediate_queue_key) is not None  # rq's own take
+    assert [job.id for job in taken_unstarted(queue)] == queue.intermediate_queue.get_job_ids()
+    with caplog.at_level(logging.WARNING, logger="jobtap.workers"):
+        worked = run_worker(r, r, SITE, burst=True)
+    assert worked and r.xlen(K.events) == 10
+    assert taken_unstarted(queue) == [] and queue.count == 0
+    assert any("taken by a worker that died before starting it" in m for m in caplog.messages)
+
+
+def test_chunks_are_taken_from_several_queues_into_their_intermediate_list(redis_server):
+    """rq pops from several queues with BLPOP (a chunk popped by a worker killed
+    a moment later is gone); ChunkQueue moves it to its queue's intermediate
+    list as it takes it, from the first non-empty queue, and with nothing to
+    take waits on the queues' bells."""
+    import pytest
+    from rq.exceptions import DequeueTimeout
+
+    from jobtap.workers.chunk import UPDATE
+    from jobtap.workers.service import site_queues
+
+    r = redis_server.client()
+    state, update = site_queues(r, [SITE])
+    assert update.name == K.rq_queue(UPDATE)
+    r.hset(K.meta, "cycle", 1)
+    items = [upsert("1.pbs", "fp", job_record("1.pbs", "alice", "running", SITE))]
+    Shipper(r, K).ship(1, "2026-11-21T15:00:00+00:00", {(UPDATE, "job"): items})
+    assert r.llen(update.bell_key) == 1  # the push rang the update queue's bell
+    job, queue = type(state).dequeue_any([state, update], 1, connection=r)
+    assert queue.name == update.name
+    assert update.intermediate_queue.get_job_ids() == [job.id] and update.count == 0
+    with pytest.raises(DequeueTimeout):
+        type(state).dequeue_any([state, update], 1, connection=r)
