@@ -109,6 +109,7 @@ WRITER_COMMANDS = (
     "zcard",
     # lists (rq's queues)
     "lpush", "rpush", "lpop", "lrange", "llen", "lrem", "lpos", "lmove", "blmove", "blpop",
+    "ltrim",
     # streams
     "xadd", "xtrim", "xrange", "xrevrange", "xread", "xlen",
     # pub/sub (SPUBLISH: sharded channels on a cluster)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,9 +46,14 @@ def _s(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _entries(r: redis.Redis) -> list[dict[str, str]]:
-    """``ACL LOG 128`` as dicts of strings (whatever reply parser is in use)."""
-    raw = r.execute_command("ACL", "LOG", "128")
+def _entries(r: redis.Redis) -> tuple[list[dict[str, str]], float]:
+    """``ACL LOG 128`` as dicts of strings (whatever reply parser is in use), and
+    the server's clock when it answered (``TIME`` in the same round trip: an
+    entry's ``age-seconds`` counts from then)."""
+    pipe = r.pipeline(transaction=False)
+    pipe.execute_command("ACL", "LOG", "128")
+    pipe.time()
+    raw, (secs, micros) = pipe.execute()
     out: list[dict[str, str]] = []
     for entry in raw or []:
         pairs: list[tuple[Any, Any]] = (
@@ -58,7 +62,7 @@ def _entries(r: redis.Redis) -> list[dict[str, str]]:
             else list(zip(entry[::2], entry[1::2], strict=False))  # a flat [k, v, ...] list
         )
         out.append({_s(k): _s(v) for k, v in pairs})
-    return out
+    return out, secs + micros / 1e6
 
 
 def refusals(entries: list[dict[str, str]], site: str) -> list[dict[str, str]]:
@@ -77,12 +81,20 @@ def refusals(entries: list[dict[str, str]], site: str) -> list[dict[str, str]]:
     return found
 
 
-def _last_poke_age(r: redis.Redis, site: str) -> float | None:
+def _last_poke_at(r: redis.Redis, site: str) -> float | None:
+    """When the newest poke of ``site`` arrived, by the server's clock (its id)."""
     last = r.xrevrange(SiteKeys(site).pokes, count=1)
     if not last:
         return None
-    ms = int(_s(last[0][0]).partition("-")[0])
-    return time.time() - ms / 1000
+    return int(_s(last[0][0]).partition("-")[0]) / 1000
+
+
+def _last_poke_age(r: redis.Redis, site: str) -> float | None:
+    at = _last_poke_at(r, site)
+    if at is None:
+        return None
+    secs, micros = r.time()
+    return secs + micros / 1e6 - at
 
 
 def check_acl_log(r: redis.Redis, site: str, *, admin: bool = False) -> Result | None:
@@ -90,7 +102,7 @@ def check_acl_log(r: redis.Redis, site: str, *, admin: bool = False) -> Result |
     (``admin=False``: the doctor's own user) a refusal to read is a warning only
     when no poke arrived lately (then they may well be refused)."""
     try:
-        entries = _entries(r)
+        entries, server_now = _entries(r)
     except redis.exceptions.NoPermissionError:
         age = _last_poke_age(r, site)
         if admin or age is None or age > RECENT_S:
@@ -116,8 +128,8 @@ def check_acl_log(r: redis.Redis, site: str, *, admin: bool = False) -> Result |
         f"`jobtap acl sync --site {site}` naming every site of this Redis"
     )
     level = FAIL
-    since = _last_poke_age(r, site)
-    if since is not None and since < ago:
+    poked_at = _last_poke_at(r, site)  # both on the server's clock: no client delay between
+    if poked_at is not None and poked_at >= int((server_now - ago) * 1000) / 1000:
         level = WARN  # pokes arrive again since the last refusal
     return (NAME, level, f"{count} pokes refused by Redis in the last {RECENT_S // 60} min, "
             f"the last {ago:.0f} s ago: {why}; {fix}")  # fmt: skip

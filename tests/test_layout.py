@@ -14,7 +14,9 @@ PACKAGES = {
     "workers": ("jobtap.workers", {"jobtap"}),
     "collector": (
         "jobtap.collector",
-        {"jobtap", "jobtap.workers.chunk", "jobtap.workers.epoch"},
+        # the chunk, the queue it travels in (both sides must take and push it
+        # alike), and the epoch rule
+        {"jobtap", "jobtap.workers.chunk", "jobtap.workers.queues", "jobtap.workers.epoch"},
     ),
     "sim": ("jobtap.sim", {"jobtap", "jobtap.collector.backends"}),
     "acl": ("jobtap.acl", {"jobtap"}),
