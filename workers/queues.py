@@ -16,7 +16,7 @@ on the queues' *bells*: every push of a chunk id also pushes a token on its
 queue's bell list (at most :data:`BELL_TOKENS` kept), and the worker blocks on
 those with ``BLPOP``, then takes from the queues again.  A token is only a
 wake-up: one taken by another worker, or trimmed, costs nothing but a sweep or
-one wait of at most the worker's dequeue timeout.  Needs Redis 6.2 (``LMOVE``).
+one wait of at most :data:`BELL_WAIT` seconds.  Needs Redis 6.2 (``LMOVE``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from rq.job import Job
 from rq.utils import as_text
 
 BELL_TOKENS = 64  # tokens kept on a bell: more workers than this wake by their timeout
+BELL_WAIT = 5  # seconds at most between two looks at the queues: a chunk pushed without
+#                ringing (by an older collector) waits no longer than this
 
 
 class ChunkQueue(Queue):
@@ -92,4 +94,4 @@ class ChunkQueue(Queue):
             if left <= 0:
                 raise DequeueTimeout(timeout, [q.key for q in queues])
             bells = [q.bell_key if isinstance(q, ChunkQueue) else f"{q.key}:bell" for q in queues]
-            connection.blpop(bells, max(1, math.ceil(left)))
+            connection.blpop(bells, min(BELL_WAIT, max(1, math.ceil(left))))
