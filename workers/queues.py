@@ -38,13 +38,18 @@ BELL_WAIT = 5  # seconds at most between two looks at the queues: a chunk pushed
 #                ringing (by an older collector) waits no longer than this
 
 
+def bell_key(queue_key: str) -> str:
+    """The bell list of the queue at ``queue_key``."""
+    return f"{queue_key}:bell"
+
+
 class ChunkQueue(Queue):
     """rq's Queue, pushing a bell token with every chunk id and taking chunks
     from several queues with ``LMOVE`` (see the module)."""
 
     @property
     def bell_key(self) -> str:
-        return f"{self.key}:bell"
+        return bell_key(self.key)
 
     def push_job_id(
         self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False
@@ -93,5 +98,5 @@ class ChunkQueue(Queue):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise DequeueTimeout(timeout, [q.key for q in queues])
-            bells = [q.bell_key if isinstance(q, ChunkQueue) else f"{q.key}:bell" for q in queues]
+            bells = [bell_key(q.key) for q in queues]
             connection.blpop(bells, min(BELL_WAIT, max(1, math.ceil(left))))

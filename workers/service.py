@@ -126,7 +126,7 @@ def requeue_abandoned(queue: Queue, *, mine: str | None = None, running: str = "
         queue.enqueue_job(job, at_front=True)
         log.warning("handed back chunk %s of dead worker %s", job.id, execution.worker_name)
         count += 1
-    return count + requeue_taken_unstarted(queue)[0]
+    return count
 
 
 def taken_unstarted(queue: Queue) -> list[Job]:
@@ -176,8 +176,13 @@ def hand_back(queues: Sequence[Queue]) -> int:
     """Before a worker starts: every chunk a dead worker left (:func:`requeue_abandoned`),
     waiting :data:`STUCK_AFTER` for a second look when one may have been taken
     and never started; return how many went back."""
-    count = sum(requeue_abandoned(q) for q in queues)
-    if any(requeue_taken_unstarted(q)[1] for q in queues):
+    count = 0
+    waiting = False
+    for queue in queues:
+        requeued, seen_first = requeue_taken_unstarted(queue)
+        count += requeue_abandoned(queue) + requeued
+        waiting |= seen_first > 0
+    if waiting:
         time.sleep(STUCK_AFTER)
         count += sum(requeue_taken_unstarted(q)[0] for q in queues)
     return count
@@ -241,6 +246,7 @@ class JobtapWorker(SimpleWorker):
             self.add_new_sites()
         for queue in self.queues:
             requeue_abandoned(queue)
+            requeue_taken_unstarted(queue)
         super().clean_registries()
 
     def add_new_sites(self) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -43,7 +44,6 @@ class FallbackPoller(threading.Thread):
         self._executor = weakref.ref(executor)
         self._jobs: dict[str, set[Job]] = {}  # native id -> the PSI/J jobs attached to it
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._errors = 0  # polls in a row whose output could not be parsed
 
     def register_job(self, job: Job) -> None:
@@ -56,10 +56,10 @@ class FallbackPoller(threading.Thread):
             self._jobs.pop(job.native_id or "", None)
 
     def run(self) -> None:
-        self._wake.wait(self.config.initial_queue_polling_delay)
+        time.sleep(self.config.initial_queue_polling_delay)
         while self._executor() is not None:
             self.poll()
-            self._wake.wait(self.config.queue_polling_interval)
+            time.sleep(self.config.queue_polling_interval)
 
     def poll(self) -> None:
         """Ask the scheduler once about every registered job and set their statuses."""
