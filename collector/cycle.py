@@ -115,6 +115,9 @@ class CycleReport:
     counts: dict[str, int] = field(default_factory=dict)
     bad: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # A refresh: the state each poked job the scheduler knows is in now (what
+    # follow mode decides its re-checks on, without the tracker a cycle may own).
+    states: dict[str, str] = field(default_factory=dict)
 
     @property
     def duration(self) -> float:
@@ -339,6 +342,7 @@ class Collector:
         # at most once an interval, else from wall time (plan.ReadBudget).
         self._costs_at: float | None = None
         self._costs_ok = self._costs_failed = False
+        self._costs_lock = threading.Lock()
         self._reads_since_sample = 0
         # The site lease (collector/lease.py), set by the service: checked before
         # each write to Redis (the cycle counter, the shipment, the history
@@ -480,6 +484,10 @@ class Collector:
             report.counts["from_poke"] = len(ids) - len(rest)
         records = self._normalise_jobs(natives, changed, report, self.nodewatch.bad)
         state_items, update_items, new_seen = classify(changed, fps, records, seen, set(), report)
+        for jid in natives:
+            now_seen = new_seen.get(jid) or seen.get(jid)
+            if now_seen is not None:
+                report.states[jid] = now_seen.state
         shipment = Shipment()
         shipment.add(STATE, JOB, state_items)
         shipment.add(UPDATE, JOB, update_items)
@@ -521,6 +529,23 @@ class Collector:
             return 0.0
         self._sample_costs()
         return self.plan.reads.choose(len(job_ids), singly=self._singly())[1]
+
+    def reads_beside_cycles(self) -> bool:
+        """Whether follow mode may read poked jobs while a cycle runs: a pushed
+        plan whose backend reads them one by one and says what that costs
+        (Slurm through slurmrestd).  A reconciliation's listing of 10,000 jobs
+        takes seconds; a final must not wait for it."""
+        return self.plan.pushed and isinstance(self.backend, MeasuresReads) and self._singly()
+
+    def reads_singly_now(self, job_ids: Collection[str]) -> bool:
+        """Whether these poked jobs would be read one by one, now: the read
+        budget has room for their single reads.  Beside a cycle that is the
+        only read follow mode makes; a listing waits for the cycle's end."""
+        if not job_ids or not self.reads_beside_cycles():
+            return False
+        self._sample_costs()
+        how, wait = self.plan.reads.choose(len(job_ids), singly=True)
+        return how == SINGLES and wait <= 0
 
     def _singly(self) -> bool:
         backend = self.backend
@@ -587,6 +612,10 @@ class Collector:
             return
         if not (self.plan.pushed or self.plan.probing):  # every cycle lists: nothing to choose
             return
+        with self._costs_lock:  # a cycle and the reads beside it (reads_singly_now)
+            self._sample_costs_now(backend, force)
+
+    def _sample_costs_now(self, backend: MeasuresReads, force: bool) -> None:
         now = self.plan.clock()
         reads = self.plan.reads
         every = COSTS_EVERY * reads.interval  # sdiag is an RPC too (0.1-0.2 ms)

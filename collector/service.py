@@ -114,6 +114,7 @@ class CollectorService:
         self.pokes: PokeReader | None = None
         self.feed: FeedThread | None = None
         self.rechecks: dict[str, tuple[float, int]] = {}  # job -> (due, tries)
+        self._reads_after = 0.0  # beside a cycle, the next refresh's earliest start
         self.recheck_delay = 0.5
         self.max_rechecks = 5
         self.ended_step = 0.1  # re-checks of jobs poked as ended: 0.1, 0.2, ... 0.5, 0.5 s
@@ -406,27 +407,31 @@ class CollectorService:
         for jid in [j for j, (due, _) in self.rechecks.items() if due <= now]:
             self.pokes.pending.setdefault(jid, None)
 
-    def plan_rechecks(self, ids: list[str]) -> None:
+    def plan_rechecks(self, ids: list[str], states: dict[str, str]) -> None:
         """A poked job found still exiting (Slurm's epilog runs while the job is
         COMPLETING, PBS's jobobit while it is E) is looked at again shortly, a
         few times, so its final does not wait for the next full stat.  So is a
         job poked as ``ended`` (by a PBS MoM's epilogue, before the server
         knows) that the server still shows alive, only more often: the
         server's own end-of-job path takes a few hundred milliseconds, and
-        every step of ``ended_step`` seconds waited is latency."""
+        every step of ``ended_step`` seconds waited is latency.  ``states``:
+        what the refresh found each job in; for a job it did not find, what
+        the collector last knew of it (beside a cycle, as it was before)."""
         seen = self.collector.tracker.of(JOB) if self.collector.tracker else {}
         ended = self.pokes.ended if self.pokes is not None else set()
         now = time.monotonic()
         for jid in ids:
-            entry = seen.get(jid)
+            state = states.get(jid)
+            if state is None and (entry := seen.get(jid)) is not None:
+                state = entry.state
             tries = self.rechecks.pop(jid, (0.0, 0))[1]
-            if entry is None or entry.state in TERMINAL:
+            if state is None or state in TERMINAL:
                 ended.discard(jid)
                 continue
             if jid in ended and tries < self.max_ended_rechecks:
                 step = min(self.recheck_delay, self.ended_step * (tries + 1))
                 self.rechecks[jid] = (now + step, tries + 1)
-            elif entry.state == EXITING and tries < self.max_rechecks:
+            elif state == EXITING and tries < self.max_rechecks:
                 self.rechecks[jid] = (now + self.recheck_delay * (tries + 1), tries + 1)
             else:
                 ended.discard(jid)
@@ -485,13 +490,9 @@ class CollectorService:
                 report = self.collector.refresh(ids)
             else:
                 report = self.collector.refresh(ids, given, deferred=deferred)
-            if deferred is None:
+            if deferred is None:  # beside a cycle, the cycle saves its own
                 self.state.save(self.epoch, report.cycle)
-                self.plan_rechecks(ids)
-            else:  # finals from records: nothing to look at again
-                for jid in ids:
-                    self.pokes.ended.discard(jid)
-                    self.rechecks.pop(jid, None)
+            self.plan_rechecks(ids, report.states)
         except LeaseLost as exc:
             log.warning("refresh of %d poked jobs dropped: %s", len(ids), exc)
             return False
@@ -548,30 +549,37 @@ class CollectorService:
         return True
 
     def _run_cycle(self) -> CycleReport:
-        """One cycle.  In follow mode with a backend whose pokes may carry
-        records (PBS's jobobit hook), the cycle runs in a thread of its own
-        while this one keeps serving the pokes that bring their record: they
-        need no scheduler command, and a final must not wait for a cycle's
-        commands (a probe's qselect, a listing).  Their chunks are shipped at
-        once; what the collector remembers of them is noted after the cycle,
-        which owns the tracker until it ends.  Other pokes wait as before."""
+        """One cycle.  In follow mode, a final must not wait for a cycle's
+        commands (a probe's qselect, a reconciliation's listing of 10,000
+        jobs, seconds long): when the backend's pokes may carry records (PBS's
+        jobobit hook) or its poked jobs are read one by one (Slurm through
+        slurmrestd), the cycle runs in a thread of its own while this one
+        keeps serving pokes: those that bring their record, and the single
+        reads the read budget allows (never a listing beside the cycle's).
+        Their chunks are shipped at once; what the collector remembers of
+        them is noted after the cycle, which owns the tracker until it ends.
+        Other pokes wait as before."""
         collector = self.collector
-        if self.pokes is None or not isinstance(collector.backend, RecordsInPokes):
+        if self.pokes is None:
             return collector.run_cycle()
-        return self._serving_records(collector.run_cycle, "jobtap-cycle")
+        reads = collector.reads_beside_cycles()
+        if not (reads or isinstance(collector.backend, RecordsInPokes)):
+            return collector.run_cycle()
+        return self._serving_pokes(collector.run_cycle, "jobtap-cycle", reads=reads)
 
     def _asking(self, ids: list[str]) -> bool:
         """Refresh poked jobs that need the scheduler's answer (a ``qstat -E``,
         which the same-second throttle may hold 200 ms) while the pokes that
         bring their record keep being served, as during a cycle."""
-        return self._serving_records(lambda: self.refresh_now(ids), "jobtap-refresh")
+        return self._serving_pokes(lambda: self.refresh_now(ids), "jobtap-refresh", reads=False)
 
-    def _serving_records(self, work: Callable[[], _T], name: str) -> _T:
+    def _serving_pokes(self, work: Callable[[], _T], name: str, *, reads: bool) -> _T:
         """``work`` (a cycle, or a refresh that asks the scheduler) in a thread
         of its own, while this one ships the pending pokes that brought their
-        record; what the collector remembers of those is noted after ``work``,
-        which owns the tracker until it ends.  Returns what ``work`` returned,
-        or raises what it raised."""
+        record and, with ``reads``, reads other poked jobs one by one
+        (:meth:`serve_reads`); what the collector remembers of those is noted
+        after ``work``, which owns the tracker until it ends.  Returns what
+        ``work`` returned, or raises what it raised."""
         assert self.pokes is not None
         outcome: dict[str, object] = {}
 
@@ -594,6 +602,8 @@ class CollectorService:
                     runner.join(0.1)
                     continue
                 self.serve_records(deferred)
+                if reads:
+                    self.serve_reads(deferred)
         finally:
             runner.join()
             for step in deferred:
@@ -616,6 +626,24 @@ class CollectorService:
         for jid in given:
             self.pokes.pending.pop(jid, None)
         self.refresh_now(list(given), given, deferred)
+
+    def serve_reads(self, deferred: list[Callable[[], None]]) -> None:
+        """Beside a cycle: read the pending poked jobs (re-checks due
+        included) one by one, at most one refresh per ``refresh_gap``, if the
+        read budget has room for their single reads now; otherwise they stay
+        pending until the cycle ends."""
+        assert self.pokes is not None
+        self.due_rechecks()
+        pending = self.pokes.pending
+        if not pending or time.monotonic() < self._reads_after:
+            return
+        ids = list(pending)[: self.max_refresh]
+        if not self.collector.reads_singly_now(ids):
+            return
+        for jid in ids:
+            del pending[jid]
+        self.refresh_now(ids, None, deferred)
+        self._reads_after = time.monotonic() + self.refresh_gap
 
     def check_epoch(self) -> None:
         """Make sure of the site's epoch (beginning a new one if Redis' data is

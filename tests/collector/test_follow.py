@@ -158,23 +158,44 @@ def test_fast_poke_speaks_to_redis_with_auth_and_db(redis_server, r):
     assert fast.main(["--site", "bad site", "7.x"]) == 2
 
 
+def _job_1vm(name: str) -> dict:
+    """PBS job 1.vm as a capture shows it: ``running`` (10-busy) or ``done``
+    (80-final, cancelled)."""
+    import orjson
+
+    base = fixtures_dir() / "pbs"
+    capture = {"running": "10-busy.qstat-f.json", "done": "80-final.qstat-f-x.json"}[name]
+    return orjson.loads((base / capture).read_bytes())["Jobs"]["1.vm"]
+
+
+class _OneJobScheduler:
+    """A scheduler of one job, 1.vm, whose records are PBS captures; subclasses
+    say what its listing and its single reads answer."""
+
+    scheduler = "pbs"
+
+    def history(self, ids):
+        return {}
+
+    def normalise_job(self, jid, native):
+        from jobtap.collector.backends.pbs import normalise_job
+
+        return normalise_job(jid, native, tz="UTC")
+
+    stat_nodes = stat_queues = lambda self: {}
+    normalise_node = normalise_queue = normalise_job
+
+
 def test_a_job_poked_while_exiting_is_looked_at_again(r):
     """The epilog pokes while the job is still exiting (Slurm's COMPLETING, PBS's
     E); the collector looks again shortly, so the final needs no second poke."""
     import copy
     import time
 
-    import orjson
-
-    from jobtap.collector.backends.pbs import normalise_job
-
-    base = fixtures_dir() / "pbs"
-    running = orjson.loads((base / "10-busy.qstat-f.json").read_bytes())["Jobs"]["1.vm"]
-    done = orjson.loads((base / "80-final.qstat-f-x.json").read_bytes())["Jobs"]["1.vm"]
+    running, done = _job_1vm("running"), _job_1vm("done")
     exiting = dict(copy.deepcopy(running), job_state="E", substate=50)
 
-    class Scheduler:
-        scheduler = "pbs"
+    class Scheduler(_OneJobScheduler):
         answers = [exiting, done]
 
         def stat_jobs(self):
@@ -183,15 +204,6 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
         def stat_some(self, ids):
             return {"1.vm": copy.deepcopy(self.answers.pop(0) if len(self.answers) > 1
                                           else self.answers[0])}  # fmt: skip
-
-        def history(self, ids):
-            return {}
-
-        def normalise_job(self, jid, native):
-            return normalise_job(jid, native, tz="UTC")
-
-        stat_nodes = stat_queues = lambda self: {}
-        normalise_node = normalise_queue = normalise_job
 
     svc = CollectorService(Collector(Scheduler(), r, site=SITE, nodes_every=10**6),
                            interval=60, follow=True)  # fmt: skip
@@ -209,3 +221,99 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
     types = [(e["type"], e["record"]["state"]) for e in site_events(r, SITE)]
     assert types == [("new", "running"), ("state", "exiting"), ("final", "cancelled")]
     assert not svc.rechecks
+
+
+class _GatedListing(_OneJobScheduler):
+    """After the first one, the reconciliation's listing waits for the test
+    (``gate``); single reads and their costs are those of Slurm through
+    slurmrestd (``MeasuresReads``): a listing of 10,000 jobs takes slurmctld
+    35 ms and the collector seconds, a single read 0.4 ms."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.listings = 0
+        self.listing_started = threading.Event()
+        self.gate = threading.Event()
+        self.read: list[list[str]] = []
+
+    def stat_jobs(self):
+        self.listings += 1
+        if self.listings > 1:
+            self.listing_started.set()
+            assert self.gate.wait(60), "the test never opened the gate"
+        return {"1.vm": _job_1vm("running")}
+
+    def stat_some(self, ids):
+        self.read.append(list(ids))
+        return {j: _job_1vm("done") for j in ids if j == "1.vm"}
+
+    def read_costs(self):
+        return {"listing": 0.035, "single": 0.0004}
+
+    def reads_singly(self):
+        return True
+
+
+def _gated_service(r):
+    scheduler = _GatedListing()
+    collector = Collector(scheduler, r, site=SITE, nodes_every=10**6, pushed=True)
+    svc = CollectorService(collector, interval=60, follow=True)
+    svc.pokes = PokeReader(r, K)
+    assert svc.run_one()  # the first reconciliation
+    collector.plan.last_reconcile = None  # the next cycle reconciles too
+    return svc, scheduler
+
+
+def test_a_poke_is_read_while_a_reconciliation_lists(r):
+    """A reconciliation's listing takes seconds on a large queue; a job poked
+    meanwhile is read on its own and its final shipped without waiting for
+    it.  The listing, older than that read, ships nothing after the final."""
+    import threading
+
+    svc, scheduler = _gated_service(r)
+    cycle = threading.Thread(target=svc.run_one, name="test-cycle", daemon=True)
+    cycle.start()
+    try:
+        assert scheduler.listing_started.wait(30)
+        poke(r, K, ["1.vm"])
+
+        def final_shipped() -> bool:
+            drain(r, SITE)
+            return any(e["type"] == "final" for e in site_events(r, SITE))
+
+        eventually(final_shipped, timeout=30, what="the final, read beside the listing")
+        assert cycle.is_alive()  # the listing still waits: the final did not wait for it
+        assert scheduler.read == [["1.vm"]] and scheduler.listings == 2
+    finally:
+        scheduler.gate.set()
+        cycle.join(60)
+    assert not cycle.is_alive()
+    drain(r, SITE)
+    types = [(e["type"], e["record"]["state"]) for e in site_events(r, SITE)]
+    assert types == [("new", "running"), ("final", "cancelled")]
+    assert svc.collector.tracker.of("job")["1.vm"].state == "cancelled"
+    assert not svc.rechecks and not svc.pokes.pending
+
+
+def test_beside_a_listing_pokes_wait_when_reading_them_costs_more(r):
+    """Pokes that single reads would cost more than a listing for wait for the
+    cycle's end: no second listing runs beside a reconciliation's."""
+    import threading
+
+    svc, scheduler = _gated_service(r)
+    cycle = threading.Thread(target=svc.run_one, name="test-cycle", daemon=True)
+    cycle.start()
+    many = [f"{i}.vm" for i in range(2, 200)]
+    try:
+        assert scheduler.listing_started.wait(30)
+        poke(r, K, many)
+        eventually(lambda: svc.pokes.received >= 1, timeout=30, what="the pokes read")
+        poke(r, K, many[:1])  # read only after the loop served (or kept) the first ones
+        eventually(lambda: svc.pokes.received >= 2, timeout=30, what="the loop's next turn")
+        assert svc.pokes.pending and scheduler.read == [] and scheduler.listings == 2
+    finally:
+        scheduler.gate.set()
+        cycle.join(60)
+    assert not cycle.is_alive() and scheduler.read == []
+    assert list(svc.pokes.pending) == many  # served by the loop between cycles, not here
