@@ -41,6 +41,7 @@ import argparse
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.slurm_polling import DOC, ROOT, cancel_all, sbatch, sh, slurm_held, write_doc
+from tests.support.pipeline import chunks_not_applied
 from tests.support.procs import stop_process
 from tests.support.slurm import hook_settings, rpc_stats
 
@@ -80,6 +82,7 @@ class Phase:
     ctld: dict[str, tuple[int, int]] = field(default_factory=dict)  # type -> (count, us)
     jobs: int = 0
     latencies: list[float] = field(default_factory=list)
+    slowest: list[tuple[float, str]] = field(default_factory=list)  # (latency, job), worst first
     missing: int = 0
     meta: dict[str, str] = field(default_factory=dict)
 
@@ -176,7 +179,7 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
             for words in (
                 ["worker", *common],
                 ["collector", "--backend", "slurm", "--follow", "--interval",
-                 str(args.interval), *common],
+                 str(args.interval), "--log-level", args.log_level, *common],
             ):  # fmt: skip
                 procs.append(
                     subprocess.Popen(
@@ -192,6 +195,12 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
             while r.hget(keys.meta, "cycles_ok") is None:
                 if time.monotonic() > deadline or procs[1].poll() is not None:
                     raise SystemExit(f"the collector did not run a cycle; see {workdir}")
+                time.sleep(0.2)
+            # The first cycle ships every queued job as new (10,000 events): a
+            # start-up cost, not the churn's; the workload waits for the worker.
+            while chunks_not_applied(r):
+                if time.monotonic() > deadline + 240 or procs[0].poll() is not None:
+                    raise SystemExit(f"the worker did not apply the first cycle; see {workdir}")
                 time.sleep(0.2)
             client = jobtap.Client(server.url, site=SITE)
             client.subscribe(on_change, user="root", initial=False)
@@ -218,6 +227,8 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
             phase.missing += 1
             continue
         phase.latencies.append(finals[job] - float(path.read_text()))
+        phase.slowest.append((phase.latencies[-1], job))
+    phase.slowest = sorted(phase.slowest, reverse=True)[:3]
     return phase
 
 
@@ -320,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per phase")
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--no-write", action="store_true", help="do not update the doc")
+    parser.add_argument("--keep", type=Path, help="copy each level's service and hook logs here")
+    parser.add_argument("--log-level", default="INFO", help="the collector's (DEBUG: each refresh)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
@@ -336,11 +349,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  follow: {ms(follow.read_us)} ms, p99"
                     f" {percentile(follow.latencies, 99) * 1000:.0f} ms,"
-                    f" missing {follow.missing}",
+                    f" missing {follow.missing}; slowest: "
+                    + ", ".join(f"{job} {lat * 1000:.0f} ms" for lat, job in follow.slowest),
                     flush=True,
                 )
             finally:
                 cancel_all()
+                if args.keep:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    for name in ("services.log", "hook.log"):
+                        if (Path(tmp) / name).exists():
+                            shutil.copy(Path(tmp) / name, args.keep / f"{level}-{name}")
         runs[level] = (base, follow)
     text = section(args, runs, argv)
     print()

@@ -520,7 +520,10 @@ class CollectorService:
             pipe.execute()
         except (redis.RedisError, LeaseLost):
             pass
-        log.debug("refreshed %d poked jobs", len(ids), extra={"fields": report.counts})
+        log.debug(
+            "refreshed %d poked jobs: %s%s", len(ids), " ".join(ids[:20]),
+            " ..." if len(ids) > 20 else "", extra={"fields": {**report.counts, **report.timings}},
+        )  # fmt: skip
         return True
 
     def backoff(self) -> float:
