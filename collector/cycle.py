@@ -602,7 +602,7 @@ class Collector:
     def _reads_measured(self) -> bool:
         return isinstance(self.backend, MeasuresReads) and self._costs_ok
 
-    def _sample_costs(self, force: bool = False, *, reference: bool = False) -> None:
+    def _sample_costs(self, force: bool = False) -> None:
         """Learn what reads cost from the scheduler's own figures (one cheap
         command): at each reconciliation, and between them at most every
         ``COSTS_EVERY`` intervals once ``SAMPLE_AFTER`` reads were made since;
@@ -613,9 +613,9 @@ class Collector:
         if not (self.plan.pushed or self.plan.probing):  # every cycle lists: nothing to choose
             return
         with self._costs_lock:  # a cycle and the reads beside it (reads_singly_now)
-            self._sample_costs_now(backend, force, reference)
+            self._sample_costs_now(backend, force)
 
-    def _sample_costs_now(self, backend: MeasuresReads, force: bool, reference: bool) -> None:
+    def _sample_costs_now(self, backend: MeasuresReads, force: bool) -> None:
         now = self.plan.clock()
         reads = self.plan.reads
         every = COSTS_EVERY * reads.interval  # sdiag is an RPC too (0.1-0.2 ms)
@@ -634,7 +634,7 @@ class Collector:
         self._costs_ok = True
         for kind, key in ((LISTING, "listing"), (SINGLES, "single")):
             if key in costs:
-                reads.learn(kind, costs[key], reference=reference and kind == LISTING)
+                reads.learn(kind, costs[key])
 
     # -- the steps -----------------------------------------------------------------
     def _watch(self, report: CycleReport, stage: str) -> _Stopwatch:
@@ -856,15 +856,13 @@ class Collector:
         """Tier 3: stat every job; ship the changed and the vanished ones."""
         seen = self._seen(JOB)
         wall_started = self.wall_clock()
-        # The reconciliation's listing, alone between two samples: the price of
-        # a poller's listing, which the read budget is measured in.
-        self._sample_costs(force=True)
         t0 = time.perf_counter()
         with no_gc(), self._watch(report, "stat"):
             natives = self.backend.stat_jobs()
-        self._sample_costs(force=True, reference=True)
+        # A listing: what the read budget is measured in.
+        self._sample_costs(force=True)
         if not self._reads_measured():
-            self.plan.reads.learn(LISTING, time.perf_counter() - t0, reference=True)
+            self.plan.reads.learn(LISTING, time.perf_counter() - t0)
         with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed, vanished = compare(seen, fps)

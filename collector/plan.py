@@ -227,26 +227,15 @@ class ReadBudget:
     and refills at that much per interval.  For ``n`` poked jobs the plan
     takes the cheaper way to read them, one by one or one listing that
     refreshes every poked job, and reads at once if its cost is in the
-    bucket; otherwise the pokes wait until it is (one interval at most, unless
-    the bucket is in debt, below), and whatever is poked meanwhile is read
-    with them: pokes coalesce across
+    bucket; otherwise the pokes wait until it is (at most one interval), and
+    whatever is poked meanwhile is read with them: pokes coalesce across
     jobs, not only per job.  So a burst costs one listing per interval, like polling,
     and a quiet time costs the single reads of the few jobs that changed.
 
     What a read costs is learnt from what it took: an exponentially weighted
     mean (``weight`` for the newest measurement) of the scheduler's own
     figures where the backend gives them (:class:`MeasuresReads`), else of
-    the wall time of the commands.  What the bucket holds is priced by the
-    ``reference`` listing, the reconciliation's own: it runs on a schedule,
-    as a poller's does, so it costs what a poller's listing costs.  A
-    listing follow mode makes for a burst of pokes comes right as slurmctld
-    handles those jobs' starts and ends, and can cost it several times
-    that (slurmctld's figures count the time an RPC waits for its locks: 31
-    and 97 ms a listing in two bursts here, against 12 and 15 ms for
-    ``squeue`` every 2 s); the bucket then goes into debt by the difference,
-    the next read waits for it, and what follow mode spends stays within one
-    poller's listing per interval in the scheduler's time, not only in
-    number of listings.  A single read is priced at no less than
+    the wall time of the commands.  A single read is priced at no less than
     ``single_share`` of a listing (:data:`SINGLE_SHARE` in a plan): the
     scheduler's figures come late (sampled every few intervals), and until the
     first single reads are measured the price guards against a listing's worth
@@ -270,34 +259,28 @@ class ReadBudget:
         self.weight = float(weight)
         self.clock = clock
         self.single: float | None = None  # per job read on its own
-        self.listing: float | None = None  # per full listing, whoever made it
-        self.reference: float | None = None  # per reconciliation's listing: a poller's price
+        self.listing: float | None = None  # per full listing
         self.tokens = 0.0
         self.stamp: float | None = None
 
-    def learn(self, kind: str, seconds: float, jobs: int = 1, *, reference: bool = False) -> None:
-        """A read of ``kind`` took ``seconds`` (for ``jobs`` jobs, if single);
-        ``reference``: it was a reconciliation's listing."""
+    def learn(self, kind: str, seconds: float, jobs: int = 1) -> None:
+        """A read of ``kind`` took ``seconds`` (for ``jobs`` jobs, if single)."""
         if seconds < 0:
             return
         per = seconds / max(1, jobs) if kind == SINGLES else seconds
+        old = self.single if kind == SINGLES else self.listing
+        new = per if old is None else old + self.weight * (per - old)
         if kind == SINGLES:
-            self.single = self._mean(self.single, per)
+            self.single = new
         else:
-            self.listing = self._mean(self.listing, per)
-            if reference:
-                self.reference = self._mean(self.reference, per)
-
-    def _mean(self, old: float | None, new: float) -> float:
-        return new if old is None else old + self.weight * (new - old)
+            self.listing = new
 
     @property
     def capacity(self) -> float:
-        """What the bucket holds: one interval's worth, a poller's listing."""
-        price = self.reference or self.listing
-        if not price:
+        """What the bucket holds: one interval's worth."""
+        if not self.listing:
             return float("inf")
-        return max(self.share * price, self.floor * self.interval)
+        return max(self.share * self.listing, self.floor * self.interval)
 
     def _refill(self) -> None:
         now = self.clock()
@@ -333,16 +316,15 @@ class ReadBudget:
             return how, 0.0
         self._refill()
         cap = self.capacity
-        cost = min(self.cost(how, n), cap)  # never more than a full bucket (debt aside)
+        cost = min(self.cost(how, n), cap)  # a read never waits more than one interval
         if cost <= self.tokens:
             return how, 0.0
         return how, (cost - self.tokens) * self.interval / cap
 
     def spend(self, how: str, n: int) -> None:
         """A read of ``n`` jobs ``how`` was made: take its cost from the
-        bucket, into debt if it costs more than a full one (a listing dearer
-        than the reference: the next read waits for the difference too)."""
+        bucket, never below empty."""
         if self.listing is None:
             return
         self._refill()
-        self.tokens -= self.cost(how, n)
+        self.tokens = max(0.0, self.tokens - self.cost(how, n))

@@ -442,30 +442,3 @@ def test_a_single_read_is_priced_at_least_a_share_of_a_listing():
     assert budget.cost(SINGLES, 1) == pytest.approx(0.005)
     assert budget.choose(1) == (SINGLES, 0.0)
     assert budget.cheaper(3) == LISTING
-
-
-def test_a_listing_dearer_than_a_pollers_puts_the_bucket_in_debt():
-    """The bucket is priced by the reconciliation's listing (a poller's); a
-    listing made for a burst of pokes that cost the scheduler three times
-    that (it came as slurmctld handled the jobs' ends) is paid for: the next
-    read waits three intervals, not one, so the scheduler's time stays within
-    a poller's listing per interval."""
-    clock = Clock()
-    budget = ReadBudget(interval=2.0, clock=clock)
-    budget.learn(LISTING, 0.010, reference=True)  # the reconciliation's: 10 ms
-    budget.learn(SINGLES, 0.001)
-    assert budget.capacity == pytest.approx(0.010)
-    budget.listing = 0.030  # what listings cost since, learnt from sdiag
-    spent = 0.0
-    for _ in range(200):  # 20 s of a burst, pokes always pending
-        how, wait = budget.choose(100)
-        assert how == LISTING
-        if wait == 0:
-            budget.spend(how, 100)
-            spent += 0.030
-        clock.t += 0.1
-    assert spent <= 0.010 * (20 / 2) + 0.030  # within a poller's 10 listings, plus one
-    assert spent >= 0.030 * 3  # and still reading: every three intervals
-    budget.tokens = budget.capacity
-    budget.spend(LISTING, 100)
-    assert budget.choose(100)[1] == pytest.approx(3 * 2.0)  # the debt, then a full bucket
