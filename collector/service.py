@@ -114,7 +114,7 @@ class CollectorService:
         self.pokes: PokeReader | None = None
         self.feed: FeedThread | None = None
         self.rechecks: dict[str, tuple[float, int]] = {}  # job -> (due, tries)
-        self._reads_after = 0.0  # beside a cycle, the next refresh's earliest start
+        self._refresh_after = 0.0  # the next refresh that asks the scheduler, not before
         self.recheck_delay = 0.5
         self.max_rechecks = 5
         self.ended_step = 0.1  # re-checks of jobs poked as ended: 0.1, 0.2, ... 0.5, 0.5 s
@@ -373,10 +373,10 @@ class CollectorService:
         """Wait ``refresh_gap`` before the next refresh that asks the scheduler;
         pokes that bring their record (no command) are served meanwhile."""
         assert self.pokes is not None
+        until = self._refresh_after = time.monotonic() + self.refresh_gap
         if not isinstance(self.collector.backend, RecordsInPokes):
             self.stop_event.wait(self.refresh_gap)
             return
-        until = time.monotonic() + self.refresh_gap
         while not self.stop_event.is_set() and (left := until - time.monotonic()) > 0:
             try:
                 if self.pokes.read(block_ms=max(1, int(left * 1000))):
@@ -632,13 +632,14 @@ class CollectorService:
 
     def serve_reads(self, deferred: list[Callable[[], None]]) -> None:
         """Beside a cycle: read the pending poked jobs (re-checks due
-        included) one by one, at most one refresh per ``refresh_gap``, if the
+        included) one by one, ``refresh_gap`` after the last refresh that
+        asked the scheduler (:meth:`refresh_pause` between cycles), if the
         read budget has room for their single reads now; otherwise they stay
         pending until the cycle ends."""
         assert self.pokes is not None
         self.due_rechecks()
         pending = self.pokes.pending
-        if not pending or time.monotonic() < self._reads_after:
+        if not pending or time.monotonic() < self._refresh_after:
             return
         ids = list(pending)[: self.max_refresh]
         if not self.collector.reads_singly_now(ids):
@@ -646,7 +647,7 @@ class CollectorService:
         for jid in ids:
             del pending[jid]
         self.refresh_now(ids, None, deferred)
-        self._reads_after = time.monotonic() + self.refresh_gap
+        self._refresh_after = time.monotonic() + self.refresh_gap
 
     def check_epoch(self) -> None:
         """Make sure of the site's epoch (beginning a new one if Redis' data is
