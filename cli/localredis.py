@@ -9,6 +9,7 @@ With ``tls`` it serves TLS only (``--port 0 --tls-port PORT``), and its URL is a
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -19,11 +20,37 @@ from pathlib import Path
 
 import redis
 
+LOWEST_PORT = 10000
+_PICK = random.SystemRandom()  # whatever seed a test gives the random module
+
+
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, below the kernel's ephemeral range.
+
+    A port from ``bind(("127.0.0.1", 0))`` is an ephemeral one: between this
+    answer and the server's own bind, any outgoing connection on the machine
+    (tests make thousands) may be given it as its local port, and the server
+    then fails with "Address already in use".  Ports below the range are never
+    handed out that way; one is picked at random (parallel test workers pick
+    apart) and checked free."""
+    high = _ephemeral_start()
+    for _ in range(100):
+        port = _PICK.randrange(LOWEST_PORT, high) if high > LOWEST_PORT + 100 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 @dataclass(frozen=True)
