@@ -19,6 +19,24 @@ from .options import (
     site_option,
 )
 
+# The shortest --interval: a real scheduler pays for every stat (qstat, squeue), and a
+# collector stat'ing in a tight loop is the load jobtap exists to take off it.  The
+# simulated cluster costs nothing but CPU; tests run it fast.
+MIN_INTERVAL = 1.0
+MIN_SIM_INTERVAL = 0.05
+
+
+def check_interval(interval: float, backend: str) -> float:
+    """``interval``, or a usage error naming the floor for ``backend``."""
+    floor = MIN_SIM_INTERVAL if backend == "sim" else MIN_INTERVAL
+    if not interval >= floor:  # also NaN
+        raise click.BadParameter(
+            f"{interval:g} s is below the floor of {floor:g} s for the {backend} backend"
+            + (": every stat costs the scheduler's server" if backend != "sim" else ""),
+            param_hint="'--interval'",
+        )
+    return interval
+
 
 # -- collector ----------------------------------------------------------------------------
 @click.command()
@@ -33,7 +51,12 @@ from .options import (
     help="Workload manager to stat.",
 )
 @click.option(
-    "--interval", type=float, default=5.0, show_default=True, help="Seconds between stats."
+    "--interval",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help=f"Seconds between stats (at least {MIN_INTERVAL:g} on a real scheduler, whose every "
+    f"stat costs its server; {MIN_SIM_INTERVAL:g} on the sim).",
 )
 @click.option(
     "--once",
@@ -202,6 +225,7 @@ def collector(
 
     from . import logs
 
+    check_interval(interval, backend)
     logs.setup(log_format, log_level)
     command = dict(prefix=shlex.split(prefix), timeout=stat_timeout)
     options = {

@@ -30,14 +30,23 @@ from .options import check_site_option, connect
 @click.option("--site", default="demo", show_default=True, callback=check_site_option)
 @click.option("--jobs", type=int, default=3000, show_default=True)
 @click.option("--nodes", type=int, default=300, show_default=True)
-@click.option("--interval", type=float, default=2.0, show_default=True)
+@click.option(
+    "--interval",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds between the collector's stats of the simulated cluster.",
+)
 @click.option("--workers", "n_workers", type=int, default=2, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print every event as a JSON line.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
 def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
     """Everything on one machine: a local redis-server, the sim backend, the
     collector, workers and `jobtap top` (q quits).  Ctrl-C stops it all."""
+    from .collector import check_interval
     from .localredis import RedisServer
+
+    check_interval(interval, "sim")
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt

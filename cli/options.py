@@ -88,6 +88,9 @@ def check_site_option(ctx: click.Context, param: click.Parameter, value: str) ->
         raise click.BadParameter(str(exc)) from exc
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def log_options(f):
     f = click.option(
         "--log-format",
@@ -96,7 +99,13 @@ def log_options(f):
         show_default=True,
         help="Structured log lines as key=value text or JSON.",
     )(f)
-    f = click.option("--log-level", default="INFO", show_default=True)(f)
+    f = click.option(
+        "--log-level",
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        default="INFO",
+        show_default=True,
+        help="Log this level and above (DEBUG: every cycle's commands and pokes).",
+    )(f)
     return f
 
 

@@ -51,7 +51,7 @@ SIM = [
     "--backend",
     "sim",
     "--interval",
-    "0",
+    "0.05",
     "--sim-jobs",
     "150",
     "--sim-nodes",

@@ -29,10 +29,10 @@ def pbs(tmp_path, monkeypatch):
 
 @pytest.fixture
 def jobtap_pbs(pbs, redis_server, tmp_path):
-    """jobtap's collector (polling qstat every 0.3 s) and a worker; yields the
+    """jobtap's collector (polling qstat every second, the floor) and a worker; yields the
     executor URL (the Redis URL naming the site)."""
     collector = [
-        "--backend", "pbs", "--interval", "0.3", "--nodes-every", "1000", "--tz", "UTC",
+        "--backend", "pbs", "--interval", "1", "--nodes-every", "1000", "--tz", "UTC",
         "--qstat", str(FAKE_BIN / "qstat"), "--pbsnodes", str(FAKE_BIN / "pbsnodes"),
     ]  # fmt: skip
     with jobtap_services(redis_server.url, SITE, collector, tmp_path):

@@ -23,7 +23,7 @@ from tests.support.paths import ROOT
 from tests.support.tls import tls_url
 from tests.support.wait import eventually
 
-SIM = ["--backend", "sim", "--interval", "0", "--sim-jobs", "60", "--sim-nodes", "6",
+SIM = ["--backend", "sim", "--interval", "0.05", "--sim-jobs", "60", "--sim-nodes", "6",
        "--sim-tick", "900", "--nodes-every", "1"]  # fmt: skip
 
 
