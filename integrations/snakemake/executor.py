@@ -22,16 +22,20 @@ two things only.
 
 # No ``from __future__ import annotations``: Snakemake reads the settings' field
 # types at run time to build its command-line options.
+import argparse
 import asyncio
 import logging
+import re
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Optional
 
 from snakemake_executor_plugin_slurm import Executor as StockExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as StockSettings
 from snakemake_executor_plugin_slurm import common_settings
+from snakemake_interface_common.exceptions import WorkflowError
 
 import jobtap
 from jobtap.integrations.rules import UNREACHABLE, UNSEEN_TIMEOUT, Settings, Tracker, watch_user
@@ -78,9 +82,68 @@ def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help, "env_var": False, "required": False})
 
 
+NAME = "jobtap-slurm"
+STOCK_PREFIX = "--slurm-"
+OUR_PREFIX = f"--{NAME}-"
+
+
+def _respelled(cls: type) -> type:
+    """The stock plugin's settings declared again on ``cls`` with their help
+    spelled as Snakemake spells this plugin's options: Snakemake names every
+    setting of an executor plugin ``--<executor>-<name>``, so the stock
+    ``--slurm-logdir`` is ``--jobtap-slurm-logdir`` here, and the stock help's
+    "Use as: --slurm-array-jobs=..." would send users to the stock executor's
+    option, which ``--executor jobtap-slurm`` never reads."""
+    annotations = cls.__dict__.get("__annotations__", {})
+    for stock in fields(StockSettings):
+        if stock.name in annotations:
+            continue
+        metadata = dict(stock.metadata)
+        metadata["help"] = re.sub(r"(?<![\w-])--slurm-", OUR_PREFIX, metadata["help"])
+        annotations[stock.name] = stock.type
+        setattr(
+            cls,
+            stock.name,
+            field(default=stock.default, default_factory=stock.default_factory, metadata=metadata),
+        )
+    cls.__annotations__ = annotations
+    return cls
+
+
+def stock_spellings(args: argparse.Namespace) -> list[str]:
+    """The stock executor's options given in ``args`` (Snakemake's parsed command
+    line and profiles), as the user spelled them: ``--executor jobtap-slurm``
+    never reads them."""
+    given = []
+    for stock in fields(StockSettings):
+        value = getattr(args, f"slurm_{stock.name}", MISSING)
+        if value is not MISSING:
+            given.append(STOCK_PREFIX + stock.name.replace("_", "-"))
+    return given
+
+
+def _parsed_command_line() -> argparse.Namespace | None:
+    """Snakemake's parsed command line while it builds these settings from it
+    (``Plugin.get_settings(args)``, called by ``snakemake.cli.args_to_api``), or
+    None when the settings are made otherwise (Snakemake's API, tests)."""
+    frame = sys._getframe(1)
+    for _ in range(8):  # __post_init__, the dataclass's __init__, get_settings
+        if frame is None:
+            break
+        args = frame.f_locals.get("args")
+        if isinstance(args, argparse.Namespace) and getattr(args, "executor", None) == NAME:
+            return args
+        frame = frame.f_back
+    return None
+
+
 @dataclass
+@_respelled
 class ExecutorSettings(StockSettings):
-    """The stock plugin's settings (``--jobtap-slurm-<name>``), and jobtap's."""
+    """The stock plugin's settings and jobtap's, all spelled
+    ``--jobtap-slurm-<name>`` on Snakemake's command line (as Snakemake spells
+    every executor plugin's settings); a stock ``--slurm-<name>`` given with
+    ``--executor jobtap-slurm`` is refused, with the spelling to use."""
 
     redis: Optional[str] = _setting(  # noqa: UP045 (Snakemake reads the annotation)
         None,
@@ -105,6 +168,18 @@ class ExecutorSettings(StockSettings):
         "Longest time in seconds between two status rounds when no job "
         "of the run changes in jobtap.",
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        args = _parsed_command_line()
+        given = stock_spellings(args) if args is not None else []
+        if given:
+            respelled = ", ".join(OUR_PREFIX + o.removeprefix(STOCK_PREFIX) for o in given)
+            raise WorkflowError(
+                f"{', '.join(given)}: the stock slurm executor's option(s), which "
+                f"--executor {NAME} does not read; spell them {respelled} "
+                f"(Snakemake prefixes an executor's options with its name)"
+            )
 
 
 class Executor(StockExecutor):
