@@ -70,8 +70,26 @@ def test_the_sdist_holds_what_a_build_needs_and_no_tests(dists):
     top = {name.split("/")[0] for name in names if name}
     tops = {folder.split("/")[0] for folder in folders}  # integrations/psij: integrations
     # MANIFEST.in: `prune tests` (setuptools would add tests/test*.py), the changelog in
-    assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", *tops,
-                   *generated}  # fmt: skip
+    assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", "LICENSE",
+                   *tops, *generated}  # fmt: skip
+
+
+def test_the_licence_ships_in_the_sdist_and_the_wheel(dists):
+    """pyproject.toml says BSD-3-Clause: its text, with the copyright line, goes
+    with every copy (the licence's own first and second conditions)."""
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License\n\nCopyright (c) ")
+    assert "the jobtap authors\n" in text.splitlines(keepends=True)[2]
+    assert "Neither the name of the copyright holder" in text
+    with tarfile.open(dists.sdist) as tar:
+        member = tar.extractfile(f"jobtap-{version()}/LICENSE")
+        assert member is not None and member.read().decode() == text
+    info = f"jobtap-{version()}.dist-info"
+    with zipfile.ZipFile(dists.wheel) as whl:
+        assert whl.read(f"{info}/licenses/LICENSE").decode() == text
+        metadata = whl.read(f"{info}/METADATA").decode()
+    assert "\nLicense-Expression: BSD-3-Clause\n" in metadata
+    assert "\nLicense-File: LICENSE\n" in metadata
 
 
 def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
