@@ -33,6 +33,7 @@ import click
 import orjson
 
 import jobtap
+from jobtap.schema import JOB_STATES
 
 from .changes import LineFormatter, use_colour, wanted
 
@@ -281,6 +282,7 @@ def show(client: jobtap.Client, job_id: str, user: str | None, as_json: bool, na
     "--state",
     "states",
     multiple=True,
+    type=click.Choice(sorted(JOB_STATES)),
     help="Wait for this state instead of a terminal one (repeat for several).",
 )
 @click.option(

@@ -34,7 +34,7 @@ from .client import job_of, not_reached, stopped_waiting, wait_timeout
 from .errors import JobtapError
 from .events import REMOVED
 from .records import Change, Job, Node, Queue
-from .schema import TERMINAL
+from .schema import TERMINAL, job_states
 from .stream import EventStream as SyncEventStream
 from .subscribe import Subscription as SyncSubscription
 
@@ -321,7 +321,7 @@ class Client:
         site: str | None = None,
     ) -> Job:
         """As :meth:`jobtap.Client.wait`, without blocking the loop."""
-        wanted = frozenset([states] if isinstance(states, str) else states)
+        wanted = job_states(states)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Job] = loop.create_future()
         last: dict[str, Job] = {}

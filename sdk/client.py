@@ -40,7 +40,7 @@ from .errors import (
 from .events import REMOVED
 from .keys import SiteKeys
 from .records import Change, Job, Node, Queue, object_prefix
-from .schema import JOB, KINDS, TERMINAL
+from .schema import JOB, KINDS, TERMINAL, job_states
 from .stream import EventStream
 from .subscribe import Subscription
 from .target import Target
@@ -179,7 +179,7 @@ class Client:
         ``finished=True`` or when ``state`` asks for a terminal state (a user who may
         not read the owner index finds them through the final events still in their
         own stream).  Sorted by id."""
-        states = [state] if isinstance(state, str) else (list(state) if state else None)
+        states = sorted(job_states(state)) if state else None
         if finished is None:
             finished = any(s in TERMINAL for s in states or ())
         out: list[Job] = []
@@ -362,7 +362,7 @@ class Client:
         cache does not know the job and its user is unknown.  Built on
         :meth:`subscribe`: no polling.
         """
-        wanted = frozenset([states] if isinstance(states, str) else states)
+        wanted = job_states(states)
         if self._dispatcher is not None and self._dispatcher.in_thread:
             raise JobtapError("wait() would block the callback thread: call it elsewhere")
         started = time.monotonic()

@@ -7,10 +7,12 @@ dicts as JSON, a missing value as the empty string.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
+
+from .errors import ConfigError
 
 # Job states ---------------------------------------------------------------------
 QUEUED = "queued"
@@ -153,3 +155,16 @@ def from_hash(raw: Mapping[str | bytes, str | bytes]) -> dict[str, Any]:
 
 def is_terminal(state: str | None) -> bool:
     return state in TERMINAL
+
+
+def job_states(states: str | Iterable[str]) -> frozenset[str]:
+    """``states`` (one state or several) as a set, or a :class:`ConfigError` naming
+    the valid job states: a mistyped state would match no job, and a wait for it
+    would last until its timeout."""
+    wanted = frozenset([states] if isinstance(states, str) else states)
+    unknown = sorted(wanted - JOB_STATES)
+    if unknown or not wanted:
+        said = ", ".join(map(repr, unknown)) or "no state"
+        known = ", ".join(sorted(JOB_STATES))
+        raise ConfigError(f"unknown job state {said}: the job states are {known}")
+    return wanted

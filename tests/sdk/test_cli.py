@@ -234,3 +234,11 @@ def test_shell_status():
     assert shell_status(Job("1", state="failed", exit_status=255)) == 255
     assert shell_status(Job("1", state="cancelled", exit_status=265)) == 137
     assert shell_status(Job("1", state="failed", exit_status=-3)) == 1
+
+
+def test_wait_for_an_unknown_state_is_a_usage_error(cli, writer):
+    writer.job("1.pbs")
+    started = time.monotonic()
+    result = cli("wait", "1.pbs", "--state", "runing", "--timeout", "30")
+    assert result.exit_code == 2 and time.monotonic() - started < 10, result.output
+    assert "'runing' is not one of 'cancelled', 'completed'" in result.output

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import jobtap
-from tests.support.sdk import once_subscribed
+from tests.support.sdk import SITE, once_subscribed
 from tests.support.wait import eventually
 
 
@@ -125,3 +125,32 @@ def test_closing_the_client_ends_a_wait(client, writer):
     with pytest.raises(jobtap.JobtapError, match="client was closed"):
         client.wait("1.pbs", timeout=10)
     t.join()
+
+
+def test_an_unknown_state_is_an_error_naming_the_states(client, writer, redis_server):
+    """A mistyped state matches no job: `jobs()` would say [] and `wait()` would
+    last until its timeout.  Both refuse it at once, sync and asyncio alike."""
+    import asyncio
+
+    from jobtap import aio
+
+    writer.job("1.pbs", state="running")
+    assert [j.id for j in client.jobs(state="running")] == ["1.pbs"]
+    calls = [
+        lambda: client.jobs(state="runing"),
+        lambda: client.jobs(user="alice", state=["queued", "runing"]),
+        lambda: client.wait("1.pbs", "runing", timeout=30),
+        lambda: client.wait("1.pbs", [], timeout=30),
+    ]
+    for call in calls:
+        with pytest.raises(jobtap.ConfigError, match="the job states are cancelled, completed"):
+            call()
+
+    async def from_asyncio() -> None:
+        async with aio.Client(redis_server.url, site=SITE) as c:
+            with pytest.raises(ValueError, match="unknown job state 'runing'"):
+                await c.jobs(state="runing")
+            with pytest.raises(jobtap.ConfigError, match="unknown job state 'runing'"):
+                await c.wait("1.pbs", "runing", timeout=30)
+
+    asyncio.run(from_asyncio())
