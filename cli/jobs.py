@@ -173,15 +173,21 @@ def watch(
             seen.add(change.object_id)
         changes.put(change)
 
-    sub = client.subscribe(
-        deliver,
-        jobs=list(job_ids) or None,
-        user=user,
-        all_jobs=all_jobs,
-        attrs=attrs or None,
-        kinds=kinds,
-        initial=not no_initial,
-    )
+    try:
+        sub = client.subscribe(
+            deliver,
+            jobs=list(job_ids) or None,
+            user=user,
+            all_jobs=all_jobs,
+            attrs=attrs or None,
+            kinds=kinds,
+            initial=not no_initial,
+        )
+    except jobtap.JobNotFound:  # a job not in the cache, and no user to wait for it as
+        missing = [j for j in dict.fromkeys(job_ids) if not _visible(client, j, user)]
+        raise click.ClickException(
+            not_cached(client.site, missing or list(job_ids), None)
+        ) from None
     if job_ids:
         waited_for(client, job_ids, seen, user, no_initial)
     out = sys.stdout
@@ -237,17 +243,29 @@ def waited_for(
     missing = [j for j in dict.fromkeys(job_ids) if j not in seen]
     if no_initial:  # the initial records were read but not delivered: look
         missing = [j for j in missing if not _visible(client, j, user)]
-    if not missing:
-        return
-    who = user or client.user
+    if missing:
+        click.echo(
+            f"jobtap watch: {not_cached(client.site, missing, user or client.user)}", err=True
+        )
+
+
+def not_cached(site: str, missing: list[str], who: str | None) -> str:
+    """Why ``missing`` jobs are not shown: waited for as ``who``'s, or, with no
+    user known, what to give to wait for them."""
     names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-    click.echo(
-        f"jobtap watch: waiting for job{'s' if len(missing) > 1 else ''} {names}: not in "
-        f"site {client.site}'s cache for user {who}; watching for {who}'s job of that id "
-        "to appear. It never will if it is another user's job (you see only your own; "
-        "--user OWNER if you may read theirs) or the id is mistyped; a job just submitted "
-        "appears at the collector's next look. --timeout S gives up.",
-        err=True,
+    job = f"job{'s' if len(missing) > 1 else ''} {names}"
+    later = "a job just submitted appears at the collector's next look"
+    if who is None:
+        return (
+            f"{job}: not in site {site}'s cache, and no user is known to wait for it as: "
+            f"--user OWNER waits for OWNER's job of that id to appear ({later}; a mistyped "
+            "id never will)"
+        )
+    return (
+        f"waiting for {job}: not in site {site}'s cache for user {who}; watching for "
+        f"{who}'s job of that id to appear. It never will if it is another user's job (you "
+        "see only your own; --user OWNER if you may read theirs) or the id is mistyped; "
+        f"{later}. --timeout S gives up."
     )
 
 
@@ -307,6 +325,8 @@ def wait(
     except jobtap.StateNotReached as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(shell_status(exc.job) or 1)
+    except jobtap.JobNotFound:
+        raise click.ClickException(not_cached(client.site, [job_id], None)) from None
     if not quiet:
         es = "" if job.exit_status is None else f" (exit status {job.exit_status})"
         click.echo(f"{job.id} {job.state}{es}", err=True)

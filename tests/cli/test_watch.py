@@ -111,3 +111,15 @@ def test_watch_of_a_mistyped_id_says_so_with_or_without_initial(redis_server, r,
         (note,) = res.stderr.splitlines()
         assert "waiting for job 1.bps:" in note and f"site {SITE}" in note, note
         assert "user alice" in note and "1.pbs" not in note
+
+
+def test_watch_of_an_unknown_id_without_a_user_says_what_to_give(redis_server, r, tmp_path):
+    """No user known (an operator's URL): the CLI's own option (--user), in the
+    same words as the note of a watch that waits, and exit 1: nothing to wait on."""
+    written(r)
+    res = watch_briefly(["999999.x", "1.pbs"], env(redis_server, tmp_path))
+    assert res.returncode == 1 and res.stdout == "", res.stderr
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("Error: job 999999.x: not in site "), line
+    assert "--user OWNER waits for OWNER's job" in line and "user=" not in line, line
+    assert "1.pbs" not in line, line

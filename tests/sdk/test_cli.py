@@ -242,3 +242,11 @@ def test_wait_for_an_unknown_state_is_a_usage_error(cli, writer):
     result = cli("wait", "1.pbs", "--state", "runing", "--timeout", "30")
     assert result.exit_code == 2 and time.monotonic() - started < 10, result.output
     assert "'runing' is not one of 'cancelled', 'completed'" in result.output
+
+
+def test_wait_for_an_unknown_job_says_what_to_give(cli, writer):
+    writer.job("1.pbs")
+    result = cli("wait", "999999.x", "--timeout", "30")
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: job 999999.x: not in site {SITE}'s cache")
+    assert "--user OWNER" in result.output and "user=" not in result.output
