@@ -36,6 +36,7 @@ import jobtap
 from jobtap.schema import JOB_STATES
 
 from .changes import LineFormatter, use_colour, wanted
+from .passwords import looked_at, password_file_option, with_password
 
 TIMEOUT_STATUS = 124  # like timeout(1)
 
@@ -59,10 +60,11 @@ def connection_options(f: Callable) -> Callable:
         "redis_url",
         envvar="JOBTAP_REDIS",
         default=None,
+        callback=with_password,
         help="Redis URL (default: $JOBTAP_REDIS, the credential file's, "
         "then redis://127.0.0.1:6379/0).",
     )(f)
-    return f
+    return password_file_option(f)
 
 
 @contextmanager
@@ -70,6 +72,8 @@ def sdk_errors() -> Iterator[None]:
     """SDK errors become one-line ``click`` errors (exit status 1, no traceback)."""
     try:
         yield
+    except jobtap.AuthenticationFailed as exc:
+        raise click.ClickException(f"{exc}{looked_at(('the credential file',))}") from None
     except jobtap.JobtapError as exc:
         raise click.ClickException(str(exc)) from None
 

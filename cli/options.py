@@ -14,11 +14,12 @@ from jobtap.connection import (
     open_redis,
     safe_url,
     set_wait_replicas,
+    translate_error,
 )
 from jobtap.errors import ConfigError, JobtapError
 from jobtap.keys import BadName, check_site
 
-from .passwords import password_file_option, with_password
+from .passwords import looked_at, password_file_option, with_password
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -137,7 +138,12 @@ def connect(url: str, what: str = "Redis") -> AnyRedis:
         r = open_redis(url, socket_connect_timeout=5, health_check_interval=30)
         r.ping()
     except (redis.RedisError, RedisClusterException, JobtapError, OSError, ValueError) as exc:
-        line = str(exc) if isinstance(exc, ConfigError) else describe_error(exc, url)
+        if isinstance(exc, redis.AuthenticationError):
+            line = f"{translate_error(exc, url)}{looked_at()}"
+        elif isinstance(exc, ConfigError):
+            line = str(exc)
+        else:
+            line = describe_error(exc, url)
         if what != "Redis":
             line = f"{what}: {line}"
         raise click.ClickException(line) from exc

@@ -22,9 +22,12 @@ watch`` has it) reads a credential file (``jobtap.credentials``: url, username,
 password, site): its URL and login are used unless ``--redis`` is given, its
 user and password are added to a ``--redis`` URL that names no user.
 
-Wiring (cli/options.py): ``--redis`` gets ``callback=with_password`` and the
-command gets :func:`password_file_option` (and :func:`credentials_option`);
-both are eager and expose no value, so the command receives the complete URL.
+Wiring (cli/options.py for the services and admin commands, cli/jobs.py for
+``watch``, ``show``, ``wait``, ``export`` and ``top``): ``--redis`` gets
+``callback=with_password`` and the command gets :func:`password_file_option` (and
+:func:`credentials_option`); both are eager and expose no value, so the command
+receives the complete URL.  A refused login's line ends with :func:`looked_at`:
+where the password came from, or every place it was looked for.
 """
 
 from __future__ import annotations
@@ -117,16 +120,40 @@ def service_url(
 ) -> str:
     """``url`` with the service's password from a file or the environment; as it
     is if it has a password already or no source has one."""
+    return login_url(url, password_file=password_file, environ=environ)[0]
+
+
+def login_url(
+    url: str,
+    *,
+    password_file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[str, str | None]:
+    """:func:`service_url`, and where its password came from (``None``: nowhere)."""
     if urlsplit(url).password is not None:
-        return url
+        return url, "the URL"
     found = find_password(password_file, environ)
     if found is None:
-        return url
+        return url, None
     password, where = found
     try:
-        return add_login(url, None, password)
+        return add_login(url, None, password), where
     except PasswordError as exc:
         raise PasswordError(f"{exc} (the password is from {where})") from None
+
+
+def looked_at(also: tuple[str, ...] = ()) -> str:
+    """Where this command's Redis password came from, or every place it was
+    looked for: to end the line of a refused login with."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or _META_FROM not in ctx.meta:
+        return ""
+    where = ctx.meta[_META_FROM]
+    if where is not None:
+        return f" (the password is from {where})"
+    places = ("--password-file", f"${PASSWORD_FILE_ENV}", f"${PASSWORD_ENV}",
+              f"$CREDENTIALS_DIRECTORY/{SYSTEMD_CREDENTIAL}", *also)  # fmt: skip
+    return f" (no password found; looked at {', '.join(places)})"
 
 
 def credentials_url(url: str | None, path: str | os.PathLike[str]) -> tuple[str, str | None]:
@@ -148,6 +175,7 @@ def credentials_url(url: str | None, path: str | os.PathLike[str]) -> tuple[str,
 # -- click ----------------------------------------------------------------------------------------
 _META_FILE = "jobtap.password_file"
 _META_CREDS = "jobtap.credentials"
+_META_FROM = "jobtap.password_from"
 
 
 def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -201,7 +229,11 @@ def with_password(ctx: click.Context, param: click.Parameter, value: str | None)
         )
         value, site = credentials_url(value if given else None, creds)
         ctx.meta["jobtap.credentials_site"] = site
-    return service_url(value, password_file=ctx.meta.get(_META_FILE))
+        if urlsplit(value).password is not None:
+            ctx.meta[_META_FROM] = f"the credential file {creds}"
+            return value
+    value, ctx.meta[_META_FROM] = login_url(value, password_file=ctx.meta.get(_META_FILE))
+    return value
 
 
 def credentials_site(ctx: click.Context, site: str) -> str:
@@ -223,6 +255,8 @@ __all__ = [
     "credentials_site",
     "credentials_url",
     "find_password",
+    "login_url",
+    "looked_at",
     "password_file_option",
     "read_password_file",
     "service_url",

@@ -173,3 +173,40 @@ def test_the_services_commands_take_the_password_file(writer, r, tmp_path, monke
     assert res.exit_code == 0 and "pw1" in res.output, res.output
     res = runner.invoke(main, ["status", "--redis", writer, "--site", "pw1"], env={})
     assert res.exit_code != 0 and "writer" in res.output, res.output
+
+
+def test_every_command_takes_the_password_the_same_ways(writer, r, tmp_path, monkeypatch):
+    """The README's site block: JOBTAP_REDIS names only the user and
+    JOBTAP_REDIS_PASSWORD_FILE (or JOBTAP_REDIS_PASSWORD, or --password-file) gives
+    the password to `show`, `watch`, `wait` and `export` as to `status`; a refused
+    login says where the password came from, or where it was looked for."""
+    from jobtap.cli.app import main
+    from tests.support.sdk import Writer
+
+    for name in (passwords.PASSWORD_ENV, passwords.PASSWORD_FILE_ENV, "CREDENTIALS_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JOBTAP_CREDENTIALS", str(tmp_path / "no-credentials"))
+    r.execute_command("ACL", "SETUSER", "writer", "allchannels")  # watch subscribes
+    Writer(r, site="pw2").job("1.pbs", state="running")
+    path = secret(tmp_path)
+    runner = CliRunner()
+    commands = [["show", "1.pbs"], ["watch", "1.pbs", "--timeout", "0.2"],
+                ["wait", "1.pbs", "--state", "running", "--timeout", "10"],
+                ["export", "--since", "0", "--count", "1"]]  # fmt: skip
+    ways = [({passwords.PASSWORD_FILE_ENV: str(path)}, []),
+            ({passwords.PASSWORD_ENV: PASSWORD}, []),
+            ({}, ["--password-file", str(path)])]  # fmt: skip
+    site = {"JOBTAP_REDIS": writer, "JOBTAP_SITE": "pw2"}
+    for environ, options in ways:
+        for command in commands:
+            res = runner.invoke(main, [*command, *options], env={**site, **environ})
+            assert res.exit_code == 0 and "1.pbs" in res.output, (command, environ, res.output)
+    wrong = secret(tmp_path, "not-it\n")
+    for command in (commands[0], ["status"]):
+        res = runner.invoke(main, [*command, "--password-file", str(wrong)], env=site)
+        assert res.exit_code == 1, res.output
+        (line,) = res.output.splitlines()
+        assert "refused the credentials" in line and f"the password is from {wrong}" in line, line
+        res = runner.invoke(main, command, env=site)
+        (line,) = res.output.splitlines()
+        assert "no password found; looked at --password-file, $JOBTAP_REDIS_PASSWORD_FILE" in line
