@@ -23,8 +23,8 @@ import time
 
 from bench.slurm_polling import cancel_all, sh, slurm_held
 from bench.slurm_tiers import fill_queue
-from jobtap.collector.backends import slurm_rest
 from jobtap.collector.backends.slurm import PROBE_FORMAT
+from jobtap.collector.backends.slurm import rest as slurm_rest
 from tests.support.slurm import rpc_stats
 
 REST = ["env", "SLURMRESTD_SECURITY=disable_user_check", "slurmrestd", "-a", "rest_auth/local",

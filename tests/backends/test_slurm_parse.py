@@ -487,7 +487,7 @@ def test_partition_states_use_the_pbs_words():
 
 def test_scontrol_node_oneliner_values_with_spaces(fx):
     # the parser of scontrol -o lines keeps values with spaces (OS=Linux 6.1 #1 ...)
-    from jobtap.collector.backends.slurm import _key_values
+    from jobtap.collector.backends.slurm.listing import _key_values
 
     line = (fx / "scontrol-show-node-oneliner.txt").read_text().splitlines()[0]
     fields = _key_values(line)

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from jobtap.collector.backends import slurm_rest
 from jobtap.collector.backends.base import StatError
 from jobtap.collector.backends.slurm import (
     PROBE_FIELDS,
     SlurmBackend,
-    openapi_version,
+    document_format,
     parse_probe,
     squeue_jobs,
 )
+from jobtap.collector.backends.slurm import rest as slurm_rest
 from tests.support.paths import fixtures_dir
 
 DATA = fixtures_dir() / "slurm" / "probe"
@@ -60,8 +60,9 @@ def test_slurmrestd_answers_up_to_the_one_that_closes_the_connection():
     got = slurm_rest.answers((DATA / "slurmrestd-job-answers.http").read_bytes())
     assert [status for status, _ in got] == [200, 500]
     (status, doc), (bad_status, bad) = got
-    assert openapi_version(doc) == "v0.0.38"
-    jobs = squeue_jobs(doc, "slurmrestd")
+    fmt = document_format(doc, "slurmrestd")
+    assert fmt.version == "v0.0.38"
+    jobs = squeue_jobs(doc, fmt, "slurmrestd")
     assert list(jobs) == ["2207"] and jobs["2207"]["job_state"] == "FAILED"
     assert slurm_rest.unknown_job(bad_status, bad) and not slurm_rest.unknown_job(status, doc)
 

@@ -4,17 +4,19 @@ On Slurm 22.05 ``squeue --json`` prints every job whatever ``-j`` says, so the
 only JSON record of one job that does not cost slurmctld a pack of every job
 comes from the REST API's ``GET /slurm/VERSION/job/ID``: one
 REQUEST_JOB_INFO_SINGLE (about 0.3 ms of slurmctld's time, against 4-5 ms for
-the full list of 2,000 jobs), dumped by the same openapi plugin that writes
-``squeue --json`` (``openapi/v0.0.38`` on 22.05), so the record is the one a
-full stat would show, key for key.
+the full list of 2,000 jobs), dumped by the same plugin version that writes
+``squeue --json`` (``openapi/v0.0.38`` on 22.05, ``data_parser/v0.0.42`` on
+24.11: ``Format.rest_argv`` in :mod:`.versions`), so the record is the one a
+full stat would show, key for key (seen on 22.05.8 and 24.11.5).
 
 ``slurmrestd`` needs no daemon for this: started without a listening address it
 reads HTTP requests from its standard input and writes the answers to its
 standard output (inetd mode).  One process answers every request written to
 it, in order (HTTP/1.1 pipelining), with one exception seen on 22.05.8: after
 an error answer (an unknown job id gives ``500`` and error 2017, "Invalid job
-id specified") it closes the connection and the later requests get no answer;
-:func:`answers` returns what came back and the caller asks again for the rest.
+id specified"; 24.11.5 answers ``404`` with the same error) it closes the
+connection and the later requests get no answer; :func:`answers` returns what
+came back and the caller asks again for the rest.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from .base import StatError
+from ..base import StatError
 
 __all__ = ["INVALID_JOB_ID", "answers", "requests", "unknown_job"]
 
