@@ -18,7 +18,7 @@ from .worker import worker
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-# `jobtap --version`: "jobtap 0.2.0", the installed distribution's version (pyproject.toml's)
+# `jobtap --version`: "jobtap VERSION", the installed distribution's version (pyproject.toml's)
 @click.version_option(package_name="jobtap", prog_name="jobtap", message="%(prog)s %(version)s")
 def main() -> None:
     """jobtap: one collector per HPC site in front of the workload manager;

@@ -2,7 +2,8 @@
 # Set up a development/test checkout on Debian 12 (run by `make test` and `make demo`):
 # the system packages jobtap needs (a python3 that can make venvs, redis-server;
 # for the tests also prometheus with promtool, and tmux to drive `jobtap top` in a
-# real terminal), then a virtualenv in .venv with jobtap and its test tools.
+# real terminal), then a virtualenv in .venv with jobtap, its integrations and its
+# test tools.
 set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -47,4 +48,6 @@ if [ ! -x .venv/bin/python ]; then
     fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+# jobtap with every integration, and the test tools (pyproject.toml's dependency
+# group `test`, which pip 25.1 and later install; the upgrade above brings one)
+.venv/bin/python -m pip install -q -e '.[psij,parsl,snakemake]' --group test

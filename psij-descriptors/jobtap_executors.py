@@ -11,7 +11,10 @@ wheel and in a source checkout, and there is one copy of each class.
 from packaging.version import Version
 from psij.descriptor import Descriptor
 
+import jobtap
+
 _HERE = "psij-descriptors.jobtap_executors"
+_VERSION = Version(jobtap.__version__)  # the installed jobtap's (pyproject.toml's)
 _CLASSES = {
     "JobtapSlurmJobExecutor": "jobtap.psij.slurm",
     "JobtapPBSJobExecutor": "jobtap.psij.pbs",
@@ -21,13 +24,13 @@ __PSI_J_EXECUTORS__ = [
     Descriptor(
         name="jobtap-slurm",
         nice_name="Slurm (jobtap)",
-        version=Version("0.1.0"),
+        version=_VERSION,
         cls=f"{_HERE}.JobtapSlurmJobExecutor",
     ),
     Descriptor(
         name="jobtap-pbs",
         nice_name="PBS Pro (jobtap)",
-        version=Version("0.1.0"),
+        version=_VERSION,
         cls=f"{_HERE}.JobtapPBSJobExecutor",
     ),
 ]

@@ -131,6 +131,22 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
     assert not {name for name in names if name.startswith("psij-descriptors/__init__")}
     assert f"\nVersion: {version()}\n" in metadata
     assert "jobtap = jobtap.cli:main" in entry_points
+    # the integrations' extras and no others: the test tools are a dependency group
+    extras = {
+        line.split(": ")[1] for line in metadata.splitlines() if line.startswith("Provides-Extra")
+    }
+    assert extras == {"psij", "parsl", "snakemake"}
+    assert not [line for line in metadata.splitlines() if line.startswith("Requires-Dist")
+                and any(tool in line for tool in ("pytest", "ruff", "mypy"))]  # fmt: skip
+
+
+def test_the_changelog_has_the_versions_heading():
+    """A version per release: pyproject.toml's version (its one source) has its
+    section in CHANGELOG.md, below Unreleased."""
+    headings = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
+                if line.startswith("## ")]  # fmt: skip
+    assert headings[0] == "## [Unreleased]"
+    assert headings[1].startswith(f"## [{version()}] - ")
 
 
 PLAIN_PROBE = """
@@ -171,6 +187,16 @@ def test_pip_install_jobtap_psij_lets_psij_find_the_executors(with_psij):
     assert found["loaded"] == []  # no rq, click, collector or workers
     where = with_psij.run("python", "-I", "-c", "import jobtap.psij.pbs as m; print(m.__file__)")
     assert where.strip() == str(with_psij.site / "jobtap" / "psij" / "pbs.py")
+    # the descriptors PSI/J registers them by say the installed jobtap's version
+    versions = with_psij.run("python", "-I", "-c", DESCRIPTOR_VERSIONS)
+    assert json.loads(versions) == {"jobtap-slurm": version(), "jobtap-pbs": version()}
+
+
+DESCRIPTOR_VERSIONS = """
+import importlib, json
+module = importlib.import_module("psij-descriptors.jobtap_executors")
+print(json.dumps({d.name: str(d.version) for d in module.__PSI_J_EXECUTORS__}))
+"""
 
 
 def test_a_tool_authors_type_checker_sees_the_installed_types(plain, tmp_path):
