@@ -387,6 +387,7 @@ if [ ! -e "$DONE" ]; then
         die "apt-get install $PACKAGES in the root failed; see $HLOG/apt.log"
     }
     root_apt apt-get clean || true
+    rm -rf "$ROOT"/var/lib/apt/lists/* # 90 MB; a later install runs apt-get update first
     for f in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmdbd /usr/sbin/slurmrestd \
         /usr/bin/sbatch /usr/bin/sacct /usr/sbin/munged; do
         # (test in the root: slurmctld, slurmd and slurmstepd are alternatives, absolute symlinks)
@@ -395,7 +396,7 @@ if [ ! -e "$DONE" ]; then
     ls "$ROOT"/usr/lib/*/slurm-wlm/accounting_storage_mysql.so >/dev/null 2>&1 ||
         die "packages installed but the accounting_storage/mysql plugin is missing in the root"
     touch "$DONE"
-    say "root ready ($(du -sh --one-file-system "$ROOT" | cut -f1))"
+    say "root ready ($(du -sh --one-file-system --exclude="$ROOT/tmp" --exclude="$ROOT$HOST_ETC" "$ROOT" | cut -f1))"
 fi
 
 # 2. Mounts, directories, configuration --------------------------------------------------
