@@ -14,6 +14,7 @@ deploy/'s scripts) and runs from a clone (`make test`); MANIFEST.in prunes it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -71,7 +72,29 @@ def test_the_sdist_holds_what_a_build_needs_and_no_tests(dists):
     tops = {folder.split("/")[0] for folder in folders}  # integrations/psij: integrations
     # MANIFEST.in: `prune tests` (setuptools would add tests/test*.py), the changelog in
     assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", "LICENSE",
-                   *tops, *generated}  # fmt: skip
+                   "docs", "deploy", *tops, *generated}  # fmt: skip
+
+
+# a file or folder of the checkout that jobtap's code names: docs/security.md, deploy/systemd/
+NAMED_PATH = re.compile(r"\b(?:docs|deploy)/[\w./-]*[\w/]")
+
+
+def test_every_file_the_code_names_is_in_the_sdist(dists):
+    """Messages send a site to deploy/redis/setup.sh, deploy/pbs/install-hook.sh,
+    docs/security.md, ...: whatever the installed code names, the sdist holds
+    (`pip download --no-deps --no-binary :all: jobtap`, as the README says)."""
+    with zipfile.ZipFile(dists.wheel) as whl:
+        named = {
+            path.rstrip("/")
+            for name in whl.namelist() if name.endswith(".py")
+            for path in NAMED_PATH.findall(whl.read(name).decode())
+        }  # fmt: skip
+    assert {"deploy/redis/setup.sh", "deploy/pbs/install-hook.sh", "docs/security.md"} <= named
+    with tarfile.open(dists.sdist) as tar:
+        shipped = {name.partition("/")[2] for name in tar.getnames()}
+    assert {p for p in named if not any(s == p or s.startswith(f"{p}/") for s in shipped)} == set()
+    readme = (ROOT / "README.md").read_text()
+    assert "pip download --no-deps --no-binary :all: jobtap" in readme
 
 
 def test_the_licence_ships_in_the_sdist_and_the_wheel(dists):
