@@ -33,9 +33,11 @@ import click
 import orjson
 
 import jobtap
+from jobtap.connection import translated
 from jobtap.schema import JOB_STATES
 
 from .changes import LineFormatter, use_colour, wanted
+from .options import unwritten
 from .passwords import looked_at, password_file_option, with_password
 
 TIMEOUT_STATUS = 124  # like timeout(1)
@@ -76,6 +78,21 @@ def sdk_errors() -> Iterator[None]:
         raise click.ClickException(f"{exc}{looked_at(('the credential file',))}") from None
     except jobtap.JobtapError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def require_written(client: jobtap.Client) -> None:
+    """A one-line error if no collector has written the client's site (a
+    mistyped --site), where the command would wait, or find nothing, forever.
+    A user whose ACL hides the site's meta is not told: their own channels and
+    keys say whether the site is theirs."""
+    site = client._site(None)
+    try:
+        with translated(site.url):
+            written = site.redis.exists(site.keys.meta)
+    except jobtap.PermissionDenied:
+        return
+    if not written:
+        raise unwritten(client.site, site.url)
 
 
 def make_client(redis_url: str | None, site: str | None, credentials: str | None) -> jobtap.Client:
@@ -170,6 +187,7 @@ def watch(
     kinds = ("job", "node", "queue") if nodes else ("job",)
     if not job_ids and not user and not all_jobs and client.user is None:
         raise click.UsageError("say what to watch: JOBID..., --user U or --all")
+    require_written(client)
     seen: set[str] = set()  # jobs delivered so far (the initial records first)
 
     def deliver(change: jobtap.Change) -> None:
@@ -283,6 +301,7 @@ def show(client: jobtap.Client, job_id: str, user: str | None, as_json: bool, na
     """Print a job's cached record."""
     job = client.job(job_id, user=user)
     if job is None:
+        require_written(client)
         raise click.ClickException(f"job {job_id} is not in the cache of site {client.site}")
     record = job.to_dict()
     if as_json:
@@ -321,6 +340,7 @@ def wait(
     quiet: bool,
 ) -> None:
     """Wait for a job to finish; exit with its exit status (124 on timeout)."""
+    require_written(client)
     try:
         job = client.wait(job_id, states or jobtap.TERMINAL, timeout, user=user)
     except jobtap.WaitTimeout as exc:
@@ -368,6 +388,7 @@ def export(
 
     Events are acknowledged once written and flushed: a crash repeats at most the
     batch being written (at-least-once; the event "id" is the key to dedupe on)."""
+    require_written(client)
     out = sys.stdout.buffer
     stream = client.stream(
         group=group, consumer=consumer, since=since, user=user, claim_idle=claim_idle,

@@ -131,6 +131,12 @@ def check_sites_option(
         raise click.BadParameter(str(exc)) from exc
 
 
+def unwritten(site: str, url: str) -> click.ClickException:
+    """The error of a command pointed at a site no collector has written (a
+    mistyped --site): it would otherwise wait, or say nothing, forever."""
+    return click.ClickException(f"no collector has written site {site!r} at {safe_url(url)}")
+
+
 def connect(url: str, what: str = "Redis") -> AnyRedis:
     """A client that answers PING (redis-py's cluster client if ``url`` is a node
     of a Redis Cluster), or a one-line ClickException."""

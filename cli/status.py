@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import click
 
-from jobtap.connection import safe_url
 from jobtap.keys import SiteKeys
 from jobtap.workers.chunk import PRIORITIES
 from jobtap.workers.epoch import CAUSES
 
-from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
+from .options import (
+    connect,
+    connect_queues,
+    queue_redis_option,
+    redis_option,
+    site_option,
+    unwritten,
+)
 
 
 # -- status ----------------------------------------------------------------------------------
@@ -30,9 +36,7 @@ def status(redis_url, site, queue_redis, as_json):
     keys = SiteKeys(site)
     meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
     if not meta:
-        raise click.ClickException(
-            f"no collector has written site {site!r} at {safe_url(redis_url)}"
-        )
+        raise unwritten(site, redis_url)
     info = {"site": site, "meta": meta, "queues": {}, "streams": {}}
     for prio in PRIORITIES:
         queue = Queue(keys.rq_queue(prio), connection=q)

@@ -42,7 +42,7 @@ from jobtap.records import INITIAL, RESYNC
 from jobtap.schema import BAD_NODE_STATES, JOB, NODE
 
 from .changes import object_name, reason, state_colour, transition
-from .jobs import connection_options, make_client, sdk_errors
+from .jobs import connection_options, make_client, require_written, sdk_errors
 
 STATES = ("queued", "held", "waiting", "running", "suspended", "exiting")
 SHOWN_TYPES = frozenset({NEW, STATE, FINAL, REMOVED, RESYNC})
@@ -397,6 +397,7 @@ def top(redis_url, site, credentials, user, queue_name, notes):
         raise click.UsageError("jobtap top needs a terminal (try `jobtap watch` in a pipe)")
     client = make_client(redis_url, site, credentials)
     with sdk_errors():
+        require_written(client)
         configs, default = resolve(redis_url, site=site, credentials=credentials)
     config = next(c for c in configs if c.site == default)
     signal.signal(signal.SIGTERM, _interrupt)  # a kill restores the terminal too

@@ -4,10 +4,17 @@ a silent success."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+
 import pytest
 from click.testing import CliRunner
 
 from jobtap.cli.app import main
+from tests.cli.test_top import terminal_env
+from tests.support.terminal import Tmux
+from tests.support.wait import eventually
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):
@@ -39,3 +46,62 @@ def test_an_unknown_log_level_is_a_usage_error(command):
     assert res.exit_code == 2, res.output
     assert "Invalid value for '--log-level'" in res.output and "debug" in res.output
     assert "Traceback" not in res.output
+
+
+SITE_WRITTEN = "hpc1"
+
+
+def unwritten(url: str) -> str:
+    return f"Error: no collector has written site 'nosuchsite' at {url}\n"
+
+
+@pytest.fixture
+def one_site(r, redis_server, monkeypatch, tmp_path):
+    """A site with one job, as a collector and worker leave it; no credential file
+    and no JOBTAP_* settings of the machine's."""
+    from tests.support.sdk import Writer
+
+    for name in [k for k in os.environ if k.startswith("JOBTAP_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("JOBTAP_CREDENTIALS", str(tmp_path / "no-credentials"))
+    Writer(r, site=SITE_WRITTEN).job("1.pbs", state="running")
+    return redis_server.url
+
+
+# each command, and what makes it end by itself on the right site
+SDK_COMMANDS = {
+    "watch --all": ["--timeout", "0.2"],
+    "watch --user alice": ["--timeout", "0.2"],
+    "watch 1.pbs --user alice": ["--timeout", "0.2"],
+    "export": ["--idle", "0.2"],
+    "show 1.pbs": [],
+    "wait 1.pbs --user alice": ["--state", "running", "--timeout", "30"],
+}
+
+
+@pytest.mark.parametrize("command", list(SDK_COMMANDS))
+def test_a_mistyped_site_is_said_not_a_silent_success(one_site, command):
+    """`status` already said it: the SDK commands say the same at once, where
+    they would have exited 0 silently, waited forever or blamed the job."""
+    args = [*command.split(), "--redis", one_site]
+    res = invoke(*args, "--site", "nosuchsite", *SDK_COMMANDS[command])
+    assert res.exit_code == 1, (command, res.output)
+    assert res.output == unwritten(one_site)
+    ok = invoke(*args, "--site", SITE_WRITTEN, *SDK_COMMANDS[command])
+    assert ok.exit_code == 0, (command, ok.output)
+
+
+def test_top_on_a_mistyped_site_exits_with_the_same_line(one_site, tmp_path):
+    """In a real terminal (tmux); its stderr kept in a file to read the line."""
+    err = tmp_path / "top.err"
+    top = [sys.executable, "-m", "jobtap.cli", "top", "--redis", one_site, "--site", "nosuchsite"]
+    term = Tmux(tmp_path)
+    try:
+        term.start(["sh", "-c", f"{shlex.join(top)} 2>{shlex.quote(str(err))}"],
+                   terminal_env(JOBTAP_CREDENTIALS=str(tmp_path / "none")))  # fmt: skip
+        assert eventually(term.exit_status, what="top exiting") == 1
+        assert (
+            err.read_text() == f"Error: no collector has written site 'nosuchsite' at {one_site}\n"
+        )
+    finally:
+        term.close()
