@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from jobtap.connection import is_sentinel_url
 from jobtap.keys import SiteKeys
 from jobtap.workers.chunk import PRIORITIES
 from jobtap.workers.epoch import CAUSES
@@ -32,19 +33,29 @@ def status(redis_url, site, queue_redis, as_json):
     from rq import Queue
 
     r = connect(redis_url)
-    q = connect_queues(queue_redis, r)
     keys = SiteKeys(site)
     meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
     if not meta:
         raise unwritten(site, redis_url)
-    info = {"site": site, "meta": meta, "queues": {}, "streams": {}}
-    for prio in PRIORITIES:
-        queue = Queue(keys.rq_queue(prio), connection=q)
-        info["queues"][queue.name] = {
-            "waiting": queue.count,
-            # no cleanup: that would be a write, and operators only read
-            "failed": queue.failed_job_registry.get_job_count(cleanup=False),
-        }
+    info: dict = {"site": site, "meta": meta, "queues": {}, "streams": {}}
+    try:
+        q = connect_queues(queue_redis, r)
+    except click.ClickException as exc:
+        if not (queue_redis and is_sentinel_url(queue_redis)):
+            raise
+        # the site's data is still there to report; the backlogs come back with a primary
+        info["queues_unreadable"] = (
+            f"{exc.message}: the queue Redis has no primary now (a Sentinel failover under "
+            "way?); shipments wait for the new one"
+        )
+    else:
+        for prio in PRIORITIES:
+            queue = Queue(keys.rq_queue(prio), connection=q)
+            info["queues"][queue.name] = {
+                "waiting": queue.count,
+                # no cleanup: that would be a write, and operators only read
+                "failed": queue.failed_job_registry.get_job_count(cleanup=False),
+            }
     info["streams"]["events"] = r.xlen(keys.events)
     info["jobs_known"] = r.hlen(keys.owner)
     from jobtap.collector.lease import describe
@@ -115,6 +126,8 @@ def status(redis_url, site, queue_redis, as_json):
         )
     for name, qi in info["queues"].items():
         click.echo(f"  queue        {name}: {qi['waiting']} waiting, {qi['failed']} failed")
+    if "queues_unreadable" in info:
+        click.echo("  queues       " + click.style(info["queues_unreadable"], fg="yellow"))
     click.echo(f"  site stream  {info['streams']['events']} events")
 
 

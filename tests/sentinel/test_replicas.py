@@ -105,3 +105,32 @@ def test_only_the_collector_offers_to_wait_for_replicas():
 
     assert offers("collector")
     assert not any(offers(c) for c in ("worker", "status", "doctor"))
+
+
+@pytest.mark.timeout(60)
+def test_status_reports_a_queue_primary_away_instead_of_failing(sentinel, queues, r, redis_server):
+    """While the queue primary is away (killed, the replicas silent so that no
+    failover can end it), `jobtap status` still shows the site and says why the
+    backlogs are missing; it exits 0, as the site is there to report."""
+    from click.testing import CliRunner
+
+    from jobtap.cli.app import main
+
+    service, _ = collector_of(r, queues)
+    assert service.run_one()
+    args = ["status", "--redis", redis_server.url, "--site", "hpc2", "--queue-redis", sentinel.url]
+    env = {"JOBTAP_CREDENTIALS": "/nonexistent"}
+    before = CliRunner().invoke(main, args, env=env)
+    assert before.exit_code == 0 and "jobtap.hpc2.state:" in before.output, before.output
+    for node in sentinel.replicas:
+        sentinel.pause(node)
+    try:
+        sentinel.kill_primary()
+        res = CliRunner().invoke(main, args, env=env)
+        assert res.exit_code == 0, res.output
+        assert "site hpc2: collector" in res.output and "jobtap.hpc2.state:" not in res.output
+        (line,) = [x for x in res.output.splitlines() if x.startswith("  queues ")]
+        assert "the queue Redis has no primary now (a Sentinel failover under way?)" in line
+    finally:
+        for node in sentinel.replicas:
+            sentinel.resume(node)
