@@ -72,7 +72,13 @@ def check_interval(interval: float, backend: str) -> float:
     show_default=True,
     help="Stat nodes and queues every N cycles.",
 )
-@click.option("--chunk-size", type=int, default=1000, show_default=True)
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Changed objects per chunk shipped to the workers.",
+)
 @click.option(
     "--shrink-ratio",
     type=float,
@@ -106,7 +112,13 @@ def check_interval(interval: float, backend: str) -> float:
 @queue_redis_option
 @queue_wait_option
 @click.option("--prefix", default="", help="Run scheduler commands through this, e.g. 'ssh head1'.")
-@click.option("--stat-timeout", type=float, default=60.0, show_default=True)
+@click.option(
+    "--stat-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds a scheduler command may run before the cycle fails.",
+)
 @click.option("--qstat", default="qstat", show_default=True, help="PBS: qstat command.")
 @click.option("--pbsnodes", default="pbsnodes", show_default=True, help="PBS: pbsnodes command.")
 @click.option(
@@ -136,9 +148,15 @@ def check_interval(interval: float, backend: str) -> float:
     " ('' = never: a targeted stat is then one squeue --json).",
 )
 @click.option("--flux", "flux_cmd", default="flux", show_default=True, help="Flux: flux command.")
-@click.option("--sim-seed", type=int, default=1, show_default=True)
-@click.option("--sim-jobs", type=int, default=3000, show_default=True)
-@click.option("--sim-nodes", type=int, default=300, show_default=True)
+@click.option(
+    "--sim-seed", type=int, default=1, show_default=True, help="Sim: random seed of the cluster."
+)
+@click.option(
+    "--sim-jobs", type=int, default=3000, show_default=True, help="Sim: jobs in the cluster."
+)
+@click.option(
+    "--sim-nodes", type=int, default=300, show_default=True, help="Sim: nodes in the cluster."
+)
 @click.option(
     "--sim-tick", type=float, default=30.0, show_default=True, help="Simulated seconds per cycle."
 )

@@ -27,9 +27,15 @@ from .options import check_site_option, connect
     default=None,
     help="Use this Redis instead of starting a local redis-server.",
 )
-@click.option("--site", default="demo", show_default=True, callback=check_site_option)
-@click.option("--jobs", type=int, default=3000, show_default=True)
-@click.option("--nodes", type=int, default=300, show_default=True)
+@click.option(
+    "--site", default="demo", show_default=True, callback=check_site_option, help="Site name."
+)
+@click.option(
+    "--jobs", type=int, default=3000, show_default=True, help="Jobs in the simulated cluster."
+)
+@click.option(
+    "--nodes", type=int, default=300, show_default=True, help="Nodes in the simulated cluster."
+)
 @click.option(
     "--interval",
     type=float,
@@ -37,7 +43,14 @@ from .options import check_site_option, connect
     show_default=True,
     help="Seconds between the collector's stats of the simulated cluster.",
 )
-@click.option("--workers", "n_workers", type=int, default=2, show_default=True)
+@click.option(
+    "--workers",
+    "n_workers",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Workers applying the collector's chunks.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print every event as a JSON line.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
 def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):

@@ -205,23 +205,57 @@ def poke(
     raise PokeError(f"more than {MAX_REDIRECTS} cluster redirections")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse (no click: this starts per job), its help laid out as every other
+    jobtap command's (click's): usage, the description, then each option with
+    its metavar, its text and its default."""
+
+    def format_help(self) -> str:
+        import textwrap
+
+        rows = []
+        for action in self._actions:
+            if not action.option_strings:
+                continue
+            name = ", ".join(action.option_strings)
+            if action.nargs != 0:
+                name += f" {action.metavar}"
+            text = action.help or ""
+            if action.default not in (None, False, argparse.SUPPRESS):
+                text += f"  [default: {action.default}]"
+            rows.append((name, text))
+        width = max(len(name) for name, _ in rows) + 2
+        out = [f"Usage: {self.prog} [OPTIONS] JOBID...", ""]
+        out += textwrap.wrap(self.description or "", 78, initial_indent="  ",
+                             subsequent_indent="  ")  # fmt: skip
+        out += ["", "Options:"]
+        for name, text in rows:
+            lines = textwrap.wrap(text, 78 - width - 2) or [""]
+            out.append(f"  {name:<{width}}{lines[0]}".rstrip())
+            out += [" " * (width + 2) + line for line in lines[1:]]
+        return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="jobtap poke",
+        add_help=False,
         description="Tell a collector in follow mode that these jobs just changed. For "
         "scheduler hooks: exits 0 even when the poke cannot be delivered (the next full "
         "stat catches the change), unless --strict.",
     )
     ap.add_argument("job_ids", nargs="+", metavar="JOBID")
-    ap.add_argument("--redis", default=os.environ.get("JOBTAP_REDIS", "redis://127.0.0.1:6379/0"),
-                    help="Redis URL (env JOBTAP_REDIS)")  # fmt: skip
-    ap.add_argument("--site", default=os.environ.get("JOBTAP_SITE", "default"),
-                    help="site name (env JOBTAP_SITE)")  # fmt: skip
-    ap.add_argument("--strict", action="store_true", help="exit 1 if the poke was not delivered")
-    ap.add_argument("--timeout", type=float, default=2.0)
-    ap.add_argument(
-        "--ended", action="store_true", help="the jobs ended: look again soon at one still exiting"
-    )
+    ap.add_argument("--redis", metavar="TEXT",
+                    default=os.environ.get("JOBTAP_REDIS", "redis://127.0.0.1:6379/0"),
+                    help="Redis URL of the site's data (env JOBTAP_REDIS).")  # fmt: skip
+    ap.add_argument("--site", metavar="TEXT", default=os.environ.get("JOBTAP_SITE", "default"),
+                    help="Site name (env JOBTAP_SITE).")  # fmt: skip
+    ap.add_argument("--strict", action="store_true", help="Exit 1 if the poke was not delivered.")
+    ap.add_argument("--timeout", metavar="FLOAT", type=float, default=2.0,
+                    help="Seconds to connect and deliver the poke before giving up.")  # fmt: skip
+    ap.add_argument("--ended", action="store_true",
+                    help="The jobs ended: look again soon at one still exiting.")  # fmt: skip
+    ap.add_argument("-h", "--help", action="help", help="Show this message and exit.")
     args = ap.parse_args(argv)
     try:
         poke(args.redis, args.site, args.job_ids, timeout=args.timeout, ended=args.ended)

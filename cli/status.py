@@ -161,10 +161,24 @@ def lease_lines(lease: dict, meta: dict[str, str]) -> list[str]:
     if not lease.get("standbys"):
         lines.append("  standby      none")
     if meta.get("fenced_chunks"):
-        lines.append(
-            f"  fenced       {meta['fenced_chunks']} chunks of deposed collectors dropped unwritten"
-        )
+        lines.append(f"  fenced       {fenced_line(int(meta['fenced_chunks']))}")
     return lines
+
+
+def fenced_line(n: int) -> str:
+    """Chunks of earlier lease holders the workers skipped: expected after a
+    restart or a takeover (the new holder's first cycle ships its own), worth a
+    look only when it keeps climbing (docs/operations.md)."""
+    return (
+        f"{plural(n, 'chunk')} of earlier collectors skipped (normal after a restart or "
+        "takeover: the new collector ships its own; a steady climb means two collectors "
+        "take turns)"
+    )
+
+
+def plural(n: int | str, noun: str) -> str:
+    """``1 cycle``, ``2 cycles``."""
+    return f"{n} {noun}{'' if str(n) == '1' else 's'}"
 
 
 def tier_lines(meta: dict[str, str]) -> list[str]:
@@ -200,7 +214,7 @@ def tier_lines(meta: dict[str, str]) -> list[str]:
         marker = "*" if meta.get("last_tier") == tier else " "
         lines.append(
             f"{label}{marker}{tier:<9} {every[tier]}: {last}"
-            f" ({meta.get(f'cycles_{tier}', 0)} cycles)"
+            f" ({plural(meta.get(f'cycles_{tier}', 0), 'cycle')})"
         )
         label = "              "
     return lines

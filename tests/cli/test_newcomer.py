@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -105,3 +107,44 @@ def test_top_on_a_mistyped_site_exits_with_the_same_line(one_site, tmp_path):
         )
     finally:
         term.close()
+
+
+def commands(group: click.Group = main, path: tuple[str, ...] = ()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """A walk of every command: an option without help text fails it."""
+    silent = [(" ".join(path), p.opts[0]) for path, command in commands()
+              for p in command.params
+              if isinstance(p, click.Option) and not p.hidden and not p.help]  # fmt: skip
+    assert silent == []
+
+
+def test_poke_help_is_laid_out_as_every_other_commands():
+    """poke parses with argparse (it starts per job, from a hook, without click),
+    yet its help reads as the click commands' does, every option explained."""
+    res = subprocess.run([sys.executable, "-m", "jobtap.cli", "poke", "--help"],
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert out.startswith("Usage: jobtap poke [OPTIONS] JOBID...\n\n  Tell a collector")
+    options = out.split("\nOptions:\n", 1)[1].splitlines()
+    named = [line.split()[0] for line in options if line.startswith("  -")]
+    assert named == ["--redis", "--site", "--strict", "--timeout", "--ended", "-h,"], out
+    for line in options:
+        if line.startswith("  -") and not line.startswith("  -h"):
+            assert len(line.split()) > 2, line  # the option, then its text
+    assert "--timeout FLOAT  Seconds" in out and "Show this message and exit." in out
+
+
+def test_status_wording_of_normal_events():
+    from jobtap.cli.status import fenced_line, tier_lines
+
+    assert "deposed" not in fenced_line(3) and "normal after a restart" in fenced_line(3)
+    (line,) = tier_lines({"cycles_reconcile": "1", "interval": "5", "reconcile_every": "60"})
+    assert line.endswith("(1 cycle)"), line

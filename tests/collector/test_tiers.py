@@ -290,7 +290,7 @@ def test_a_pushed_plan_lists_no_job_between_reconciliations(r, redis_server):
     out = CliRunner().invoke(status, ["--redis", redis_server.url, "--site", SITE]).output
     pushed_line = next(line for line in out.splitlines() if "pushed" in line)
     assert "*pushed" in pushed_line and "no job listing" in pushed_line, out
-    assert "(1 cycles)" in pushed_line and not any("probe " in line for line in out.splitlines())
+    assert "(1 cycle)" in pushed_line and not any("probe " in line for line in out.splitlines())
 
     clock.t += 600
     assert svc.run_one()
