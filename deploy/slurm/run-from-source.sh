@@ -1,0 +1,366 @@
+#!/bin/bash
+# Run a Slurm that deploy/slurm/build-from-source.sh built into /opt/slurm/VERSION as
+# a small single-host cluster of its own, beside any other Slurm on the host.  A
+# development tool for deploy/slurm/capture.sh, not part of the test suite.
+#
+#   sudo deploy/slurm/run-from-source.sh 24.05 start
+#   eval "$(deploy/slurm/run-from-source.sh 24.05 env)"   # PATH and SLURM_CONF for clients
+#   deploy/slurm/capture.sh tests/fixtures/slurm/24.05    # (with that environment)
+#   sudo deploy/slurm/run-from-source.sh 24.05 stop       # cancels every job of it first
+#
+# The cluster: ClusterName=jobtap, nodes n1..n4 (4 CPUs, 1000 MB each, one
+# `slurmd -N nX` each on 127.0.0.1, SlurmdParameters=config_overrides), partition
+# `debug`, MinJobAge 10 s, proctrack/linuxproc, task/none, no cgroups, accounting
+# through its own slurmdbd and its own MariaDB database (slurm_acct_db_YYMM on the
+# host's MariaDB at 127.0.0.1:3306, started as deploy/slurm/start.sh does when
+# nothing answers there), the host's munged (started when `munge -n | unmunge`
+# fails).  Configuration in /opt/slurm/VERSION/etc (SLURM_CONF), state, logs and
+# pid files in /var/lib/jobtap-slurm-VERSION.
+#
+# Ports: one block per release, below the ephemeral range and clear of the
+# project's 22.05 (6817/6819, 17101-17104) and 17817/17819/17201-17204:
+#   23.02 -> 182xx, 23.11 -> 183xx, 24.05 -> 184xx, 24.11 -> 185xx, 25.05 -> 186xx,
+#   25.11 -> 187xx, 26.05 -> 188xx ...; in the block, slurmctld xx17, slurmdbd xx19,
+#   nodes n1..n4 xx21-xx24.
+#
+# Hooks for capture.sh: PrologSlurmctld and EpilogSlurmctld run
+# $STATE/hooks/capture-hook.sh, JobCompType=jobcomp/script runs
+# $STATE/hooks/capture-jobcomp.sh.  Both do nothing unless $STATE/hooks/capture-dir
+# names a directory; then they write their environment (`env | sort`) to
+# DIR/hook-env/<SLURM_SCRIPT_CONTEXT>-<jobid>.txt and DIR/jobcomp-env/<jobid>.txt.
+# capture.sh writes and removes capture-dir itself.
+#
+# Environment: JOBTAP_SLURM_MIN_JOB_AGE (default 10), JOBTAP_SLURM_TIMEOUT (seconds
+# per daemon, default 60), JOBTAP_SLURM_NODES (default "n1 n2 n3 n4").
+set -euo pipefail
+
+VERSION=${1:?usage: run-from-source.sh VERSION start|stop|env|status}
+ACTION=${2:?usage: run-from-source.sh VERSION start|stop|env|status}
+[[ $VERSION =~ ^([0-9]{2})\.([0-9]{2})$ ]] || {
+    echo "VERSION must look like 24.05" >&2
+    exit 2
+}
+YY=$((10#${BASH_REMATCH[1]}))
+MM=$((10#${BASH_REMATCH[2]}))
+PREFIX=/opt/slurm/$VERSION
+CONF_DIR=$PREFIX/etc
+STATE=/var/lib/jobtap-slurm-$VERSION
+RUN=$STATE/run
+LOG=$STATE/log
+HOOKS=$STATE/hooks
+MIN_JOB_AGE=${JOBTAP_SLURM_MIN_JOB_AGE:-10}
+TIMEOUT=${JOBTAP_SLURM_TIMEOUT:-60}
+NODES=${JOBTAP_SLURM_NODES:-n1 n2 n3 n4}
+NNODES=$(echo $NODES | wc -w)
+# Port block: two releases a year from 23.02 (index 0) on.
+IDX=$(((YY - 23) * 2 + (MM >= 8 ? 1 : 0)))
+[ "$IDX" -ge 0 ] && [ "$IDX" -le 7 ] || {
+    echo "no port block for $VERSION" >&2
+    exit 2
+}
+BASE=$((18200 + IDX * 100))
+CTLD_PORT=$((BASE + 17))
+DBD_PORT=$((BASE + 19))
+NODE_PORT_BASE=$((BASE + 20))
+CLUSTER=jobtap
+ACCOUNT=lab
+DB_NAME=slurm_acct_db_${VERSION/./}
+DB_USER=jobtap_slurm_src
+DB_PASS=jobtap-slurm-src
+MARK="# Written by jobtap deploy/slurm/run-from-source.sh"
+T0=$(date +%s)
+
+say() { echo "slurm-$VERSION [$(($(date +%s) - T0))s]: $*"; }
+die() {
+    echo "slurm-$VERSION: ERROR: $*" >&2
+    exit 1
+}
+tail_log() { [ -f "$1" ] && tail -n "${2:-15}" "$1" | sed 's/^/    | /' >&2 || true; }
+
+export SLURM_CONF=$CONF_DIR/slurm.conf
+export PATH=$PREFIX/bin:$PREFIX/sbin:$PATH
+
+if [ "$ACTION" = env ]; then
+    echo "export SLURM_CONF=$SLURM_CONF PATH=$PREFIX/bin:$PREFIX/sbin:\$PATH"
+    exit 0
+fi
+
+alive() { # alive PIDFILE NAME
+    local pid
+    [ -s "$1" ] || return 1
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] && [ "$(cat "/proc/$pid/comm")" = "$2" ]
+}
+wait_for() { # wait_for SECONDS COMMAND...
+    local deadline=$(($(date +%s) + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.3
+    done
+}
+close_fds() {
+    local fd
+    for fd in /proc/$BASHPID/fd/*; do
+        fd=${fd##*/}
+        case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+    done
+}
+spawn() { # spawn LOGFILE COMMAND...
+    local logfile=$1
+    shift
+    (
+        close_fds
+        exec setsid "$@" </dev/null >>"$logfile" 2>&1
+    ) &
+}
+stop_pidfile() { # stop_pidfile PIDFILE NAME
+    local pid
+    alive "$1" "$2" || return 0
+    pid=$(cat "$1")
+    kill "$pid" 2>/dev/null || true
+    wait_for 20 sh -c "! kill -0 $pid" || kill -9 "$pid" 2>/dev/null || true
+}
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+[ -x "$PREFIX/sbin/slurmctld" ] || die "no build in $PREFIX: run deploy/slurm/build-from-source.sh $VERSION"
+
+case "$ACTION" in
+stop)
+    if alive "$RUN/slurmctld.pid" slurmctld; then
+        timeout 10 scancel --full --quiet --partition=debug 2>/dev/null || true
+        ids=$(timeout 10 squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
+        [ -n "${ids// /}" ] && timeout 10 scancel $ids 2>/dev/null || true
+        wait_for 30 sh -c "[ -z \"\$(squeue -h -t PD,R,CG,S -o %A 2>/dev/null)\" ]" || true
+    fi
+    for n in $NODES; do stop_pidfile "$RUN/slurmd-$n.pid" slurmd; done
+    stop_pidfile "$RUN/slurmctld.pid" slurmctld
+    stop_pidfile "$RUN/slurmdbd.pid" slurmdbd
+    rm -f "$HOOKS/capture-dir"
+    say "stopped"
+    exit 0
+    ;;
+status)
+    for f in slurmctld slurmdbd; do alive "$RUN/$f.pid" $f && echo "$f up" || echo "$f down"; done
+    for n in $NODES; do alive "$RUN/slurmd-$n.pid" slurmd && echo "slurmd $n up" || echo "slurmd $n down"; done
+    exit 0
+    ;;
+start) ;;
+*) die "unknown action $ACTION (start|stop|env|status)" ;;
+esac
+
+HOST=$(hostname -s)
+mkdir -p "$RUN" "$LOG" "$HOOKS" "$STATE/ctld" "$CONF_DIR"
+for n in $NODES; do mkdir -p "$STATE/spool/$n"; done
+
+# Hooks (see the header).  slurmctld waits for them: they exit 0 at once.
+cat >"$HOOKS/capture-hook.sh" <<'EOF'
+#!/bin/sh
+# jobtap-capture-hook: PrologSlurmctld/EpilogSlurmctld for deploy/slurm/capture.sh
+dir=$(cat "$(dirname "$0")/capture-dir" 2>/dev/null) || exit 0
+[ -d "$dir" ] || exit 0
+mkdir -p "$dir/hook-env"
+ctx=${SLURM_SCRIPT_CONTEXT:-$(basename "$0")}
+f="$dir/hook-env/$ctx-${SLURM_JOB_ID:-unknown}.txt"
+[ -e "$f" ] && f="$dir/hook-env/$ctx-${SLURM_JOB_ID:-unknown}-$$.txt"
+env | LC_ALL=C sort >"$f" 2>/dev/null
+exit 0
+EOF
+cat >"$HOOKS/capture-jobcomp.sh" <<'EOF'
+#!/bin/sh
+# jobtap-capture-hook: JobCompLoc (jobcomp/script) for deploy/slurm/capture.sh
+dir=$(cat "$(dirname "$0")/capture-dir" 2>/dev/null) || exit 0
+[ -d "$dir" ] || exit 0
+mkdir -p "$dir/jobcomp-env"
+f="$dir/jobcomp-env/${JOBID:-${SLURM_JOB_ID:-unknown}}.txt"
+[ -e "$f" ] && f="$dir/jobcomp-env/${JOBID:-${SLURM_JOB_ID:-unknown}}-$$.txt"
+env | LC_ALL=C sort >"$f" 2>/dev/null
+exit 0
+EOF
+chmod 755 "$HOOKS/capture-hook.sh" "$HOOKS/capture-jobcomp.sh"
+
+{
+    echo "$MARK; edits are overwritten."
+    cat <<EOF
+ClusterName=$CLUSTER
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=2
+ReturnToService=2
+MailProg=/bin/true
+MinJobAge=$MIN_JOB_AGE
+KillWait=2
+InactiveLimit=0
+SlurmdTimeout=120
+SlurmdParameters=config_overrides
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+JobCompType=jobcomp/script
+JobCompLoc=$HOOKS/capture-jobcomp.sh
+PrologSlurmctld=$HOOKS/capture-hook.sh
+EpilogSlurmctld=$HOOKS/capture-hook.sh
+EOF
+    port=$NODE_PORT_BASE
+    for n in $NODES; do
+        port=$((port + 1))
+        echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$port CPUs=4 RealMemory=1000 State=UNKNOWN"
+    done
+    echo "PartitionName=debug Nodes=$(echo $NODES | tr ' ' ',') Default=YES MaxTime=INFINITE State=UP"
+} >"$CONF_DIR/slurm.conf"
+chmod 644 "$CONF_DIR/slurm.conf"
+# Without cgroups (the releases that read cgroup.conf at all).
+printf '%s\nCgroupPlugin=disabled\n' "$MARK" >"$CONF_DIR/cgroup.conf"
+{
+    echo "$MARK; edits are overwritten."
+    cat <<EOF
+AuthType=auth/munge
+DbdHost=$HOST
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+LogFile=$LOG/slurmdbd.log
+PidFile=$RUN/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=3306
+StorageUser=$DB_USER
+StoragePass=$DB_PASS
+StorageLoc=$DB_NAME
+EOF
+} >"$CONF_DIR/slurmdbd.conf"
+chmod 600 "$CONF_DIR/slurmdbd.conf"
+
+# munge: the host's munged when it works, else start it (as start.sh does).
+munge_works() { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }
+if ! munge_works; then
+    if [ ! -s /etc/munge/munge.key ]; then
+        mkdir -p /etc/munge
+        if command -v mungekey >/dev/null; then mungekey --create --keyfile=/etc/munge/munge.key; else
+            dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+        fi
+    fi
+    chown munge:munge /etc/munge /etc/munge/munge.key
+    chmod 700 /etc/munge
+    chmod 400 /etc/munge/munge.key
+    mkdir -p /run/munge /var/lib/munge /var/log/munge
+    chown munge:munge /run/munge /var/lib/munge /var/log/munge
+    chmod 755 /run/munge
+    say "starting munged"
+    (close_fds && exec runuser -u munge -- /usr/sbin/munged </dev/null >>"$LOG/munged.out" 2>&1) ||
+        die "munged did not start"
+    wait_for 10 munge_works || die "munged started but munge -n | unmunge fails"
+fi
+
+# MariaDB: the host's on 127.0.0.1:3306, started like start.sh does when absent.
+MYSQL_ADMIN=
+mysql_admin() {
+    if mysql -uroot -e 'SELECT 1' >/dev/null 2>&1; then
+        MYSQL_ADMIN="mysql -uroot"
+    elif mysql -uroot -h127.0.0.1 -P3306 -e 'SELECT 1' >/dev/null 2>&1; then
+        MYSQL_ADMIN="mysql -uroot -h127.0.0.1 -P3306"
+    else
+        return 1
+    fi
+}
+if ! mysql_admin; then
+    datadir=/var/lib/mysql
+    if [ ! -d "$datadir/mysql" ]; then
+        mkdir -p "$datadir"
+        chown mysql:mysql "$datadir"
+        mariadb-install-db --user=mysql --datadir="$datadir" --skip-test-db >>"$LOG/mariadb-install.log" 2>&1 ||
+            die "mariadb-install-db failed"
+    fi
+    mkdir -p /run/mysqld
+    chown mysql:mysql /run/mysqld
+    say "starting mariadbd"
+    spawn "$LOG/mariadbd.log" /usr/sbin/mariadbd --user=mysql --datadir="$datadir" \
+        --socket=/run/mysqld/mysqld.sock --pid-file="$RUN/mariadbd.pid" \
+        --bind-address=127.0.0.1 --port=3306
+    wait_for "$TIMEOUT" mysql_admin || die "mariadbd did not accept connections within ${TIMEOUT}s"
+    mysql_admin
+fi
+$MYSQL_ADMIN <<EOF || die "could not create the accounting database $DB_NAME"
+CREATE DATABASE IF NOT EXISTS $DB_NAME;
+CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+EOF
+
+# slurmdbd, then the cluster, an account and root in it.
+dbd_answers() { timeout 10 sacctmgr -n -P list cluster format=cluster; }
+if ! alive "$RUN/slurmdbd.pid" slurmdbd; then
+    say "starting slurmdbd (port $DBD_PORT, database $DB_NAME)"
+    spawn "$LOG/slurmdbd.out" "$PREFIX/sbin/slurmdbd" # reads slurmdbd.conf beside $SLURM_CONF
+fi
+wait_for "$TIMEOUT" dbd_answers || {
+    tail_log "$LOG/slurmdbd.log"
+    tail_log "$LOG/slurmdbd.out" 5
+    die "slurmdbd did not answer within ${TIMEOUT}s"
+}
+if ! dbd_answers | grep -qx "$CLUSTER"; then
+    sacctmgr -i add cluster "$CLUSTER" >>"$LOG/sacctmgr.log" 2>&1 || true
+fi
+if ! timeout 10 sacctmgr -n -P list account "$ACCOUNT" format=account 2>/dev/null | grep -qx "$ACCOUNT"; then
+    sacctmgr -i add account "$ACCOUNT" Cluster="$CLUSTER" Description=jobtap Organization=jobtap >>"$LOG/sacctmgr.log" 2>&1 || true
+    sacctmgr -i add user root Account="$ACCOUNT" DefaultAccount="$ACCOUNT" >>"$LOG/sacctmgr.log" 2>&1 || true
+fi
+
+# slurmctld
+ctld_answers() { timeout 5 scontrol ping | grep -q UP; }
+if ! alive "$RUN/slurmctld.pid" slurmctld; then
+    say "starting slurmctld (port $CTLD_PORT)"
+    spawn "$LOG/slurmctld.out" "$PREFIX/sbin/slurmctld"
+fi
+wait_for "$TIMEOUT" ctld_answers || {
+    tail_log "$LOG/slurmctld.log"
+    tail_log "$LOG/slurmctld.out" 5
+    die "slurmctld did not start within ${TIMEOUT}s"
+}
+
+# slurmd, one per node name
+for n in $NODES; do
+    if ! alive "$RUN/slurmd-$n.pid" slurmd; then
+        say "starting slurmd -N $n"
+        spawn "$LOG/slurmd-$n.out" "$PREFIX/sbin/slurmd" -N "$n"
+    fi
+done
+node_states() { timeout 5 sinfo -h -N -o '%N %T' 2>/dev/null | sort -u; }
+resumed=
+deadline=$(($(date +%s) + TIMEOUT))
+while :; do
+    states=$(node_states || true)
+    good=$(echo "$states" | grep -cE ' (idle|mixed|allocated|completing)$' || true)
+    [ "$good" -eq "$NNODES" ] && break
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+        echo "$states" | sed 's/^/    | /' >&2
+        for n in $NODES; do tail_log "$LOG/slurmd-$n.log" 5; done
+        die "nodes did not become idle within ${TIMEOUT}s"
+    fi
+    for n in $(echo "$states" | awk '$2 ~ /^(drain|drained|draining|down|fail)$/ {print $1}'); do
+        case " $resumed " in *" $n "*) continue ;; esac
+        scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
+        resumed="$resumed $n"
+    done
+    sleep 0.3
+done
+say "ready: $(sinfo --version), nodes $(echo $NODES), partition debug, ports $CTLD_PORT/$DBD_PORT/$((NODE_PORT_BASE + 1))-$((NODE_PORT_BASE + NNODES)); use: eval \"\$($0 $VERSION env)\""
