@@ -70,6 +70,28 @@ STUCK_AFTER = 2.0  # seconds: a chunk taken and not started for this long was ab
 # a process, but they will never finish what they held.
 _retired: set[str] = set()
 
+# What rq's worker writes at INFO for every chunk (taken, completed, "Job OK", its
+# result discarded: four lines, nearly all of a busy worker's log) and at every
+# maintenance pass; written at DEBUG instead (`--log-level debug` shows them).
+RQ_ROUTINE = frozenset({
+    "Worker %s: %s: %s",
+    "Worker %s: %s: %s (%s)",
+    "Successfully completed %s job in %ss on worker %s",
+    "Successfully completed job %s in %ss on worker %s",
+    "Worker %s: job %s result discarded immediately",
+    "Worker %s: job %s result is kept for %s seconds",
+    "Worker %s: cleaning registries for queue: %s",
+    "Worker %s: cleaning group registries",
+})  # fmt: skip
+
+
+def rq_routine_at_debug(record: logging.LogRecord) -> bool:
+    """A filter of rq's worker logger: :data:`RQ_ROUTINE`'s lines at DEBUG."""
+    if record.levelno == logging.INFO and isinstance(record.msg, str) and record.msg in RQ_ROUTINE:
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+    return True
+
 
 def worker_name() -> str:
     return f"jobtap.{HOST}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
@@ -235,6 +257,12 @@ class JobtapWorker(SimpleWorker):
         super().__init__(*args, **kw)
         self.sites = list(sites)
         self.discover = discover
+        self.log.addFilter(rq_routine_at_debug)  # once: a filter is added only once
+
+    def subscribe(self) -> None:
+        """No channel for rq's commands (``rq shutdown``; jobtap stops workers with
+        SIGTERM): its thread retried a lost Redis on its own every 2 s, a second
+        retry loop writing between the worker loop's (1, 2, 4, ... s)."""
 
     @property
     def dequeue_timeout(self) -> int:

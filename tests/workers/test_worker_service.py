@@ -5,10 +5,13 @@ Redis is unreachable (it must still stop, promptly and cleanly)."""
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import subprocess
 import sys
 import threading
+
+from rq import Queue, Worker
 
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.ship import Shipper
@@ -47,6 +50,15 @@ def stop_worker(proc: subprocess.Popen) -> int:
             proc.wait()
 
 
+def until_idle(r) -> None:
+    """Until the worker waits for chunks: rq marks itself idle as it goes back to
+    its queues, done with the last chunk's bookkeeping.  Redis lost then is
+    retried by rq's loop ("could not connect ... retrying in 1 seconds"); lost
+    during the bookkeeping, it ends rq's loop and the worker starts a new one."""
+    idle = lambda: [w.get_state() for w in Worker.all(connection=r)] == ["idle"]  # noqa: E731
+    eventually(idle, timeout=20, what="the worker waiting for chunks")
+
+
 def test_a_worker_process_carries_on_after_redis_restarts_under_it(redis_server, tmp_path):
     r = redis_server.client()
     for cycle in range(1, 41):  # a backlog: the worker is busy when Redis goes
@@ -72,6 +84,7 @@ def test_a_worker_asked_to_stop_while_redis_is_away_stops(redis_server, tmp_path
     try:
         ship(r, 1, ["1.pbs"])
         eventually(lambda: r.xlen(K.events) == 1, timeout=20, what="chunk applied")
+        until_idle(r)
         redis_server.stop(kill=True)
         log = tmp_path / "worker.log"
         eventually(lambda: b"could not connect" in log.read_bytes(), timeout=20)
@@ -142,3 +155,57 @@ def test_chunks_are_taken_from_several_queues_into_their_intermediate_list(redis
     assert update.intermediate_queue.get_job_ids() == [job.id] and update.count == 0
     with pytest.raises(DequeueTimeout):
         type(state).dequeue_any([state, update], 1, connection=r)
+
+
+def test_rqs_lines_for_every_chunk_are_at_debug(redis_server, caplog):
+    """rq wrote four INFO lines per chunk (taken, completed, "Job OK", result
+    discarded): nearly all of a busy worker's log.  At INFO none names a chunk;
+    at DEBUG they are all there."""
+    r = redis_server.client()
+    queue = Queue(K.rq_queue(STATE), connection=r)
+
+    def burst(level: int, cycle: int) -> list[logging.LogRecord]:
+        ship(r, cycle, [f"{cycle}.{i}.pbs" for i in range(3)])
+        ship(r, cycle + 1, [f"{cycle + 1}.pbs"])
+        ids = queue.get_job_ids()
+        caplog.clear()
+        with caplog.at_level(level):
+            assert run_worker(r, r, SITE, burst=True)
+        return [
+            rec for rec in caplog.records
+            if rec.name.startswith("rq") and any(i in rec.getMessage() for i in ids)
+        ]  # fmt: skip
+
+    assert [rec.getMessage() for rec in burst(logging.INFO, 1)] == []
+    # the worker's start and end: no chunk (nor maintenance pass) adds a line
+    said = [rec.getMessage() for rec in caplog.records if rec.name.startswith("rq")]
+    assert len(said) == 3 and "started with PID" in said[0] and "done, quitting" in said[2], said
+    per_chunk = burst(logging.DEBUG, 3)
+    assert len(per_chunk) >= 4 * 2 and {rec.levelno for rec in per_chunk} == {logging.DEBUG}
+    assert any("Job OK" in rec.getMessage() for rec in per_chunk)
+
+
+def test_a_worker_without_redis_retries_in_one_loop(redis_server, tmp_path):
+    """With Redis down, rq's worker loop waits 1, 2, 4, ... s between tries; the
+    thread of rq's command channel retried every 2 s besides, and the two loops'
+    lines interleaved ("retrying in 2 seconds", "in 16 seconds")."""
+    r = redis_server.client()
+    log = tmp_path / "worker.log"
+    proc = start_worker(redis_server, log)
+    try:
+        ship(r, 1, ["1.pbs"])
+        eventually(lambda: r.xlen(K.events) == 1, timeout=20, what="chunk applied")
+        until_idle(r)
+        redis_server.stop(kill=True)
+
+        def waits() -> list[int]:
+            return [int(w) for w in re.findall(r"retrying in (\d+) seconds", log.read_text())]
+
+        # the worker loop's third try (1 + 2 s after the first): the command
+        # channel's thread, had it run, would have tried at least twice by then
+        eventually(lambda: len(waits()) >= 3, timeout=30, what="three tries")
+        assert waits()[:3] == [1, 2, 4]
+        assert all(a < b for a, b in zip(waits(), waits()[1:])), log.read_text()
+    finally:
+        status = stop_worker(proc)
+    assert status == 0, log.read_text()
