@@ -121,6 +121,7 @@ class CollectorService:
         self.max_ended_rechecks = 20
         self.feed_wait = 10.0
         self.metrics = metrics
+        self.described: dict[str, str] = {}  # the backend's facts, as last written to meta
         if metrics is not None:
             metrics.start(interval, collector.shipper.queues)
         if collector.plan.pushed and not follow:
@@ -685,6 +686,7 @@ class CollectorService:
 
     # -- meta ------------------------------------------------------------------------------
     def write_meta_start(self) -> None:
+        self.described = {}  # a new start (or meta lost with Redis): write the facts again
         if not self.lease.held and not self.lease.lost.is_set():  # driven by hand: take it
             self.acquire_lock()
         self.lease.guarded().hset(
@@ -703,6 +705,17 @@ class CollectorService:
             },
         ).execute()
 
+    def facts_changed(self) -> dict[str, str]:
+        """What the backend says of the scheduler and of the ways it reads it
+        (``describe()``: Slurm's release and paths), when that changed since it
+        was last written to ``meta``; for ``jobtap status`` and ``doctor``."""
+        describe = getattr(self.collector.backend, "describe", None)
+        facts = describe() if callable(describe) else {}
+        if facts == self.described:
+            return {}
+        self.described = facts
+        return facts
+
     def succeeded(self, report: CycleReport, duration: float) -> None:
         self.failures = 0
         fields = {
@@ -719,6 +732,7 @@ class CollectorService:
         for stage, secs in report.timings.items():
             fields[f"time_{stage}_s"] = round(secs, 4)
         fields.update(report.tier_fields(duration))
+        fields.update(self.facts_changed())
         if self.feed is not None:
             fields["feed_restarts"] = self.feed.restarts
         pipe = self.lease.guarded()

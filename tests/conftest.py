@@ -61,8 +61,10 @@ def collector_state_home(tmp_path, monkeypatch):
 
 
 def pytest_itemcollected(item):
-    """Tests of the one real Slurm on this machine run on one xdist worker, one
-    after another (make test: --dist loadgroup); the others spread out.  Marked
+    """Tests of each real Slurm on this machine (22.05, 24.11) run on one xdist
+    worker, one after another (make test: --dist loadgroup); the others spread out.  Marked
     as each is collected, before xdist reads the groups."""
     if "slurm" in item.fixturenames or "tests/live/" in item.nodeid:
-        item.add_marker(pytest.mark.xdist_group("slurm"))
+        callspec = getattr(item, "callspec", None)
+        release = callspec.params.get("slurm", "22.05") if callspec else "22.05"
+        item.add_marker(pytest.mark.xdist_group(f"slurm-{release}"))

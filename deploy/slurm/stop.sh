@@ -67,8 +67,11 @@ done
 stop "$RUN/slurmctld.pid" slurmctld
 stop "$RUN/slurmdbd.pid" slurmdbd
 
-# Job step daemons of our slurmd that are still there.
+# Job step daemons of our slurmd that are still there: those whose root is the
+# host's (another Slurm may run in a root of its own beside this one:
+# deploy/slurm/debian13/start.sh; its slurmstepd are its own).
 for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
+    [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = / ] || continue
     if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "slurmstepd"; then
         say "killing leftover slurmstepd (pid $pid)"
         kill -9 "$pid" 2>/dev/null || true

@@ -1,11 +1,12 @@
-"""Follow mode on a real Slurm 22.05 (deploy/slurm/start.sh): PrologSlurmctld and
-EpilogSlurmctld run deploy/slurm/jobtap-slurmctld-hook.sh, which pokes the
-site's poke stream; ``jobtap collector --follow`` refreshes the poked jobs at
-once with ``SlurmBackend.stat_some`` and ships them through the same path as its
-full cycles, which stay the reconciliation.
+"""Follow mode on each real Slurm of the machine (22.05 and 24.11,
+tests/live/conftest.py): PrologSlurmctld and EpilogSlurmctld run
+deploy/slurm/jobtap-slurmctld-hook.sh, which pokes the site's poke stream;
+``jobtap collector --follow`` refreshes the poked jobs at once with
+``SlurmBackend.stat_some`` and ships them through the same path as its full
+cycles, which stay the reconciliation.
 
-Slurm: the session's one ``slurm`` fixture (tests/live/conftest.py) and the
-helpers of tests/support/slurm.py.  The hook alone needs no Slurm.
+Slurm: the session's ``slurm`` fixture (tests/live/conftest.py) and the helpers
+of tests/support/slurm.py.  The hook alone needs no Slurm.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tests.support.slurm import (
     Harness,
     _cmd,
     assert_lifecycle,
+    cluster,
     hook_settings,
     sbatch,
     sbatch_sleeper,
@@ -235,7 +237,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
     purged from ``sacct`` (exit 6), unknown ids absent; the same fingerprints as
     ``stat_jobs``/``history``.  A refresh ships them, and the full cycle right
     after it ships nothing more for them."""
-    backend = SlurmBackend(timeout=30)
+    backend = cluster().backend(timeout=30)
     purged = sbatch("--wrap", "exit 6", "-J", "sts_purged")
     live, live_started = sbatch_sleeper(tmp_path, "-J", "sts_live")
     arr = sbatch("--array=1-2", "--wrap", "sleep 120", "-J", "sts_arr")
@@ -319,10 +321,10 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
         [sys.executable, "-m", "jobtap.cli", "worker", *common],
         cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    collector = subprocess.Popen(
+    collector = subprocess.Popen(  # the cluster's commands first on PATH
         [sys.executable, "-m", "jobtap.cli", "collector", "--backend", "slurm", "--follow",
          "--interval", str(POLL_INTERVAL), *common],
-        cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
+        cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL, env=cluster().env(),
     )  # fmt: skip
     finals: dict[str, tuple[float, jobtap.Change]] = {}
     got = threading.Condition()
@@ -403,7 +405,7 @@ def test_a_job_that_lived_between_two_reconciliations_unpoked_gets_new_and_final
     reconciliation asks sacct for every job that ended since the previous one
     and ships it: ``new`` then ``final``, with its exit status."""
     with hook_settings(None, SITE, tmp_path / "hook.log"):
-        backend = SlurmBackend(timeout=30)
+        backend = cluster().backend(timeout=30)
         collector = Collector(backend, r, site=SITE, pushed=True)
         collector.run_cycle(tier=RECONCILE, with_nodes=False)
         job = sbatch("--wrap", "exit 5", "-J", "unpoked")
@@ -443,10 +445,10 @@ def test_a_burst_is_read_from_listings_not_one_job_at_a_time(clean, hook_env, re
         [sys.executable, "-m", "jobtap.cli", "worker", *common],
         cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    collector = subprocess.Popen(
+    collector = subprocess.Popen(  # the cluster's commands first on PATH
         [sys.executable, "-m", "jobtap.cli", "collector", "--backend", "slurm", "--follow",
          "--interval", str(BURST_INTERVAL), *common],
-        cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL,
+        cwd=ROOT, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL, env=cluster().env(),
     )  # fmt: skip
     h = Harness(r)
     try:

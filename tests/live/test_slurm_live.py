@@ -1,5 +1,5 @@
-"""The Slurm backend against a real Slurm 22.05 (Debian packages, started by
-deploy/slurm/start.sh): real jobs submitted with sbatch, the real collector
+"""The Slurm backend against each real Slurm of the machine (22.05 and 24.11,
+tests/live/conftest.py): real jobs submitted with sbatch, the real collector
 (Collector + CollectorService.run_one), a real redis-server and a real rq worker.
 
 The whole module is skipped, with the reason, only when Slurm cannot be started
@@ -25,13 +25,10 @@ from jobtap.schema import from_hash
 from tests.support.pipeline import drain, meta
 from tests.support.slurm import (
     KILLED_BY_SIGTERM,
-    NODES,
     SITE,
-    STATE_DIR,
     Harness,
     K,
     _cmd,
-    _start_slurm,
     assert_lifecycle,
     sbatch,
     sbatch_sleeper,
@@ -42,7 +39,7 @@ from tests.support.wait import eventually
 pytestmark = pytest.mark.timeout(900)  # the first test also waits for the lock
 
 
-def test_real_jobs_reach_one_exact_final(clean, r, tmp_path):
+def test_real_jobs_reach_one_exact_final(slurm, clean, r, tmp_path):
     """sbatch real jobs (success, exit 3, cancelled pending and running, held then
     released, an array of 4, one pending for resources): the site stream shows the
     right sequence of normalised states and a single exact final for each."""
@@ -100,10 +97,10 @@ def test_real_jobs_reach_one_exact_final(clean, r, tmp_path):
     # the records agree with the stream, and the big job ran on all four nodes
     stored = from_hash(r.hgetall(K.job("root", fail)))
     assert (stored["state"], stored["exit_status"]) == ("failed", 3)
-    assert sorted(h.final(big)["allocated"]) == list(NODES)
+    assert sorted(h.final(big)["allocated"]) == list(slurm.nodes)
     assert h.final(big)["requested"]["ncpus"] == 16
     # nodes and the partition have records of their own
-    for node in NODES:
+    for node in slurm.nodes:
         assert from_hash(r.hgetall(K.node(node)))["state"] in ("free", "busy")
     queue = from_hash(r.hgetall(K.queue("debug")))
     assert queue["state"] == "open" and queue["resources"]["available"]["cpus"] == 16
@@ -137,73 +134,75 @@ def test_job_purged_between_two_cycles_gets_its_final_from_history(clean, r, tmp
         assert isinstance(native["state"], dict), "the final record must come from sacct"
         assert h.states(job_id)[-2:] == ["running", h.final(job_id)["state"]]
     assert h.final(fail)["end_time"] is not None and h.final(fail)["allocated"]
-    assert meta(r, SITE)["count_finalised"] == "3"
+    m = meta(r, SITE)
+    assert m.get("count_finalised") == "3", sorted(m.items())
 
 
 def _node_events(h: Harness, node: str) -> list[dict]:
     return h.events(node, kind="node")
 
 
-def test_drained_and_downed_nodes_give_node_events(clean, r):
+def test_drained_and_downed_nodes_give_node_events(slurm, clean, r):
     """``scontrol update nodename=... state=drain|down reason=...`` and the node
     coming back: each is a node event with the state and the reason."""
+    n3, n4 = slurm.nodes[2], slurm.nodes[3]
     h = Harness(r)
-    job = sbatch("-w", "n3", "--wrap", "sleep 120", "-J", "on_n3")
-    h.until("job running on n3", lambda: h.seen(job, "running"))
-    h.until("n3 busy", lambda: any(e["record"]["state"] == "busy" for e in _node_events(h, "n3")))
+    job = sbatch("-w", n3, "--wrap", "sleep 120", "-J", "on_n3")
+    h.until(f"job running on {n3}", lambda: h.seen(job, "running"))
+    h.until(f"{n3} busy", lambda: any(e["record"]["state"] == "busy" for e in _node_events(h, n3)))
     try:
-        _cmd("scontrol", "update", "nodename=n3", "state=drain", "reason=jobtap test: bad disk")
-        _cmd("scontrol", "update", "nodename=n4", "state=down", "reason=jobtap test: dead")
+        _cmd("scontrol", "update", f"nodename={n3}", "state=drain", "reason=jobtap test: bad disk")
+        _cmd("scontrol", "update", f"nodename={n4}", "state=down", "reason=jobtap test: dead")
 
         def bad(node: str, state: str) -> bool:
             return any(e["record"]["state"] == state for e in _node_events(h, node))
 
-        h.until("n3 drain event", lambda: bad("n3", "drain"), timeout=30)
-        h.until("n4 down event", lambda: bad("n4", "down"), timeout=30)
-        drained = next(e for e in _node_events(h, "n3") if e["record"]["state"] == "drain")
+        h.until(f"{n3} drain event", lambda: bad(n3, "drain"), timeout=30)
+        h.until(f"{n4} down event", lambda: bad(n4, "down"), timeout=30)
+        drained = next(e for e in _node_events(h, n3) if e["record"]["state"] == "drain")
         assert drained["type"] == "state" and drained["changes"]["state"] == ["busy", "drain"]
         assert drained["record"]["reason"] == "jobtap test: bad disk"
         assert drained["record"]["native_state"] == "MIXED+DRAIN"  # draining: a job runs there
         assert job in drained["record"]["jobs"]
-        down = next(e for e in _node_events(h, "n4") if e["record"]["state"] == "down")
+        down = next(e for e in _node_events(h, n4) if e["record"]["state"] == "down")
         assert down["record"]["reason"] == "jobtap test: dead"
         # a bad node does not end the job running there
         assert h.final(job) is None
     finally:
-        for node in ("n3", "n4"):
+        for node in (n3, n4):
             _cmd("scontrol", "update", f"nodename={node}", "state=resume", check=False)
     h.until(
-        "n3 and n4 back",
+        f"{n3} and {n4} back",
         lambda: (
-            _node_events(h, "n3")[-1]["record"]["state"] == "busy"
-            and _node_events(h, "n4")[-1]["record"]["state"] == "free"
+            _node_events(h, n3)[-1]["record"]["state"] == "busy"
+            and _node_events(h, n4)[-1]["record"]["state"] == "free"
         ),
         timeout=30,
     )
-    back = _node_events(h, "n3")[-1]
+    back = _node_events(h, n3)[-1]
     assert back["changes"]["state"] == ["drain", "busy"] and back["record"]["reason"] is None
 
 
-def test_drained_node_gives_an_update_event_on_the_job_running_there(clean, r):
+def test_drained_node_gives_an_update_event_on_the_job_running_there(slurm, clean, r):
     """Draining the node of a running job gives that job an ``update`` event whose
     reason names the node (collector/cycle.py; the signal big-job users act on)."""
+    n2 = slurm.nodes[1]
     h = Harness(r)
-    job = sbatch("-w", "n2", "--wrap", "sleep 120", "-J", "on_n2")
-    h.until("job running on n2", lambda: h.seen(job, "running"))
+    job = sbatch("-w", n2, "--wrap", "sleep 120", "-J", "on_n2")
+    h.until(f"job running on {n2}", lambda: h.seen(job, "running"))
     try:
-        _cmd("scontrol", "update", "nodename=n2", "state=drain", "reason=jobtap test: fan")
+        _cmd("scontrol", "update", f"nodename={n2}", "state=drain", "reason=jobtap test: fan")
 
         def flagged() -> bool:
             return any(
-                e["type"] == "update" and "n2" in (e["record"]["reason"] or "")
-                for e in h.events(job)
+                e["type"] == "update" and n2 in (e["record"]["reason"] or "") for e in h.events(job)
             )
 
-        h.until("update event naming n2 on the job", flagged, timeout=20)
+        h.until(f"update event naming {n2} on the job", flagged, timeout=20)
     finally:
-        _cmd("scontrol", "update", "nodename=n2", "state=resume", check=False)
+        _cmd("scontrol", "update", f"nodename={n2}", "state=resume", check=False)
     event = next(
-        e for e in h.events(job) if e["type"] == "update" and "n2" in (e["record"]["reason"] or "")
+        e for e in h.events(job) if e["type"] == "update" and n2 in (e["record"]["reason"] or "")
     )
     assert event["record"]["state"] == "running" and "reason" in event["changes"]
     assert h.final(job) is None
@@ -230,10 +229,6 @@ def test_partition_state_changes_are_queue_events(clean, r):
     assert closed[0]["record"]["native_state"] == "DRAIN"
 
 
-def _slurmctld_pid() -> int:
-    return int((STATE_DIR / "run" / "slurmctld.pid").read_text().strip())
-
-
 def _running(pid: int) -> bool:
     """The process exists and is not a zombie (nobody may reap a daemon here)."""
     try:
@@ -243,7 +238,7 @@ def _running(pid: int) -> bool:
     return fields[0] != "Z"
 
 
-def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r, tmp_path):
+def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(slurm, clean, r, tmp_path):
     """slurmctld going away: failed cycles that change nothing (the probe's
     squeue exits 1; 22.05's squeue --json would still exit 0, with an empty job
     list and an error); it comes back: events resume, and the jobs that ran on
@@ -253,7 +248,7 @@ def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r, t
     held = sbatch("-H", "--wrap", "true", "-J", "held_survivor")
     h.until("jobs seen", lambda: h.seen(run, "running") and h.seen(held, "held"))
     before = r.xlen(K.events)
-    pid = _slurmctld_pid()
+    pid = slurm.slurmctld_pid()
     os.kill(pid, signal.SIGTERM)
     try:
         eventually(lambda: not _running(pid), timeout=30, interval=0.2, what="slurmctld stopped")
@@ -269,7 +264,7 @@ def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(clean, r, t
         drain(r, SITE)
         assert r.xlen(K.events) == before  # no event at all, and certainly no final
     finally:
-        proc = _start_slurm()
+        proc = slurm.start()
         assert proc.returncode == 0, proc.stdout + proc.stderr
     h.until("a good cycle", lambda: meta(r, SITE)["status"] == "ok", timeout=60)
     assert meta(r, SITE)["consecutive_failures"] == "0"

@@ -23,7 +23,7 @@ from jobtap.cli.status import status
 from jobtap.collector.lease import describe
 from tests.support.epochs import Written
 from tests.support.pipeline import drain, site_events
-from tests.support.slurm import SITE, K, sbatch
+from tests.support.slurm import SITE, K, cluster, sbatch
 from tests.support.standby import proc_state
 from tests.support.wait import eventually
 
@@ -36,7 +36,7 @@ def _collector(url: str, workdir: Path, name: str) -> tuple[subprocess.Popen[byt
            "--redis", url, "--site", SITE, "--interval", "1", "--lease", str(LEASE),
            "--reconcile-every", "0", "--state-dir", str(workdir / name)]  # fmt: skip
     with open(log, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=out), log
+        return subprocess.Popen(cmd, stdout=out, stderr=out, env=cluster().env()), log
 
 
 def _holder_pid(r: redis.Redis) -> int | None:

@@ -1,4 +1,4 @@
-"""The collector's tiers on the real Slurm 22.05 of deploy/slurm/start.sh: the
+"""The collector's tiers on each real Slurm of the machine (22.05, 24.11): the
 probe (one compact ``squeue`` line per job), records of just the jobs whose
 line moved (``slurmrestd``, one single-job RPC each), ``squeue --json`` only for
 the reconciliation; checked with slurmctld's own counters (``sdiag``).

@@ -1,6 +1,11 @@
-"""Helpers of the tests on the real Slurm of deploy/slurm/start.sh (tests/live/):
-running Slurm commands, submitting jobs, and a Harness that drives the real
-collector and a real rq worker against it."""
+"""Helpers of the tests on the real Slurms of this machine (tests/live/):
+Debian 12's 22.05 (deploy/slurm/start.sh) and Debian 13's 24.11 in a Debian 13
+root (deploy/slurm/debian13/start.sh).  Each is a :class:`SlurmCluster`; the
+session fixture of tests/live/conftest.py makes one the cluster under test
+(:func:`use`), and every helper here (running Slurm commands, submitting jobs,
+the Harness that drives the real collector and a real rq worker) acts on it.
+One pytest-xdist worker runs the tests of one cluster (their own xdist group),
+so a process has one cluster under test at a time."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobtap.collector.backends.base import StatError
@@ -24,10 +30,6 @@ from tests.support.wait import eventually
 
 SITE = "slurm1"
 K = SiteKeys(SITE)
-START = ROOT / "deploy" / "slurm" / "start.sh"
-STOP = ROOT / "deploy" / "slurm" / "stop.sh"
-STATE_DIR = Path(os.environ.get("JOBTAP_SLURM_DIR", "/var/lib/jobtap-slurm"))
-NODES = ("n1", "n2", "n3", "n4")
 # Where a state sits on a job's way; a job's observed states never go back.
 RANK = {"queued": 0, "held": 0, "waiting": 0, "running": 1, "suspended": 1, "exiting": 2}
 RANK.update(dict.fromkeys(TERMINAL, 3))
@@ -38,35 +40,102 @@ RANK.update(dict.fromkeys(TERMINAL, 3))
 # sacct) had the batch step FAILED with ExitCode "15:0" and the job "0:0".  All
 # three are the same fact; a test that expects one of them flakes.
 KILLED_BY_SIGTERM = frozenset({15, 143, 271})
-LOCK = Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock"))
 LOCK_WAIT = 420  # seconds to wait for another session's turn
 HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")  # where the installed slurmctld hook looks
 JOBTAP = Path(sys.executable).with_name("jobtap")
+# The Slurm commands jobtap runs, by SlurmBackend's option names.
+_BACKEND_COMMANDS = ("squeue", "sinfo", "sacct", "scontrol", "slurmrestd", "sdiag")
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """One real Slurm on this machine and how to reach it."""
+
+    release: str  # "22.05", "24.11": the test ids and xdist groups say it
+    start_script: Path
+    stop_script: Path
+    # Where its client commands are (wrappers that chroot into its root), first
+    # on PATH; None: the host's own commands.
+    bin_dir: Path | None
+    nodes: tuple[str, ...]
+    slurmctld_pid_file: Path
+    lock: Path  # sessions on one machine take turns
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """An environment whose PATH finds this cluster's commands first."""
+        env = dict(os.environ if base is None else base)
+        if self.bin_dir is not None:
+            env["PATH"] = f"{self.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+    def command(self, name: str) -> str:
+        """The path of one of its commands (the name alone: found on PATH)."""
+        return str(self.bin_dir / name) if self.bin_dir is not None else name
+
+    def backend(self, **options) -> SlurmBackend:
+        """A SlurmBackend that runs this cluster's commands."""
+        paths = {name: self.command(name) for name in _BACKEND_COMMANDS}
+        return SlurmBackend(**{**paths, **options})
+
+    def start(self) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(self.start_script)], capture_output=True, text=True, timeout=600,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def slurmctld_pid(self) -> int:
+        return int(self.slurmctld_pid_file.read_text().strip())
+
+
+_SLURM22_DIR = Path(os.environ.get("JOBTAP_SLURM_DIR", "/var/lib/jobtap-slurm"))
+_SLURM24_DIR = Path(os.environ.get("JOBTAP_SLURM24_DIR", "/var/lib/jobtap-slurm24"))
+SLURM_22 = SlurmCluster(
+    release="22.05",
+    start_script=ROOT / "deploy" / "slurm" / "start.sh",
+    stop_script=ROOT / "deploy" / "slurm" / "stop.sh",
+    bin_dir=None,
+    nodes=("n1", "n2", "n3", "n4"),
+    slurmctld_pid_file=_SLURM22_DIR / "run" / "slurmctld.pid",
+    lock=Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock")),
+)
+SLURM_24 = SlurmCluster(
+    release="24.11",
+    start_script=ROOT / "deploy" / "slurm" / "debian13" / "start.sh",
+    stop_script=ROOT / "deploy" / "slurm" / "debian13" / "stop.sh",
+    bin_dir=_SLURM24_DIR / "bin",
+    nodes=("m1", "m2", "m3", "m4"),
+    slurmctld_pid_file=_SLURM24_DIR / "root" / "var/lib/jobtap-slurm24/run/slurmctld.pid",
+    lock=Path("/tmp/jobtap-slurm24.lock"),
+)
+CLUSTERS = {c.release: c for c in (SLURM_22, SLURM_24)}
+_under_test: list[SlurmCluster] = [SLURM_22]
+
+
+def use(cluster: SlurmCluster) -> None:
+    """Make ``cluster`` the one every helper here acts on (the session fixture)."""
+    _under_test[0] = cluster
+
+
+def cluster() -> SlurmCluster:
+    """The cluster under test."""
+    return _under_test[0]
 
 
 # Slurm -----------------------------------------------------------------------------
 def _cmd(*argv: str, timeout: float = 30, check: bool = True) -> str:
+    """Run a command with the cluster under test's commands first on PATH."""
     proc = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-    )
+        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        env=cluster().env(),
+    )  # fmt: skip
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}")
     return proc.stdout
 
 
-def _start_slurm() -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(START)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def squeue_ids() -> set[str]:
     """Ids of every job slurmctld still lists (finished ones too, until MinJobAge)."""
-    return set(SlurmBackend(timeout=30).stat_jobs())
+    return set(cluster().backend(timeout=30).stat_jobs())
 
 
 def cancel_everything(wait: float = 30) -> None:
@@ -74,7 +143,7 @@ def cancel_everything(wait: float = 30) -> None:
     active = _cmd("squeue", "-h", "-t", "PD,R,S,CG,CF", "-o", "%A").split()
     if active:
         _cmd("scancel", *sorted(set(active)), check=False)
-    for node in NODES:
+    for node in cluster().nodes:
         state = _cmd("sinfo", "-h", "-n", node, "-o", "%T", check=False).strip()
         if state and state not in ("idle", "mixed", "allocated", "completing"):
             _cmd("scontrol", "update", f"nodename={node}", "state=resume", check=False)
@@ -182,7 +251,7 @@ class Harness:
 
     def __init__(self, r, *, timeout: float = 30.0):
         self.r = r
-        self.backend = SlurmBackend(timeout=timeout)
+        self.backend = cluster().backend(timeout=timeout)
         self.collector = Collector(self.backend, r, site=SITE, nodes_every=1)
         # The tests drive cycles and refreshes by hand, with pauses far longer
         # than an interval: the lease, taken at the first of them, outlasts the test.

@@ -36,7 +36,7 @@ from .listing import (
 from .normalise import job_state, normalise_job, normalise_node, normalise_queue
 from .sdiag import LISTING_RPCS, SINGLE_RPCS, parse_sdiag_rpcs
 from .values import JOB_ID, expand_hostlist
-from .versions import FORMATS, Format, UnknownFormat, document_format, generation_of
+from .versions import FORMATS, Format, UnknownFormat, document_format, generation_of, release_of
 
 log = logging.getLogger("jobtap.collector")
 
@@ -46,6 +46,12 @@ __all__ = ["SlurmBackend", "format_of_release"]
 # SlurmBackend drops them so that polling does not turn every pending job into
 # an update event each cycle (the node keys are the format's: Format.volatile_node_keys).
 VOLATILE_JOB_KEYS = ("last_sched_evaluation",)
+# squeue's arguments for a listing of every job.  22.05's ``--json`` lists every
+# job whatever the filters say (the same output with or without these); later
+# releases apply squeue's default filter, no finished job, unless told
+# ``--states=all``; ``--all`` adds hidden partitions, ``--local`` keeps to this
+# cluster of a federation (22.05's --json: SHOW_ALL, SHOW_LOCAL).
+LISTING_ARGV = ("--json", "--all", "--local", "--states=all")
 _ON_NODES = frozenset({RUNNING, SUSPENDED, EXITING})
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.\d+")
 
@@ -126,6 +132,7 @@ class SlurmBackend(CommandBackend):
         self.drop_volatile = bool(drop_volatile)
         self._last_jobs: dict[str, Native] | None = None
         self._format: Format | None = None  # what this Slurm writes (versions.py)
+        self._release: str | None = None  # "24.11.5", from squeue's meta
         self._rest_unavailable: str | None = None  # why slurmrestd is not used
         self.sdiag = sdiag
         self._rpc_seen: dict[str, tuple[int, int]] | None = None  # sdiag's, last time
@@ -144,8 +151,9 @@ class SlurmBackend(CommandBackend):
         of live records of a full stat (and of a targeted one without
         slurmrestd).  Notes the openapi plugin that wrote it, which slurmrestd
         must use to write the same records."""
-        doc, fmt = load_document(self._run([self.squeue, "--json"]), "squeue")
+        doc, fmt = load_document(self._run([self.squeue, *LISTING_ARGV]), "squeue")
         self._format = fmt
+        self._release = release_of(doc) or self._release
         return self._without_volatile(squeue_jobs(doc, fmt))
 
     def _without_volatile(self, jobs: dict[str, Native]) -> dict[str, Native]:
@@ -295,6 +303,31 @@ class SlurmBackend(CommandBackend):
         if self._format is None:
             self._format = format_of_release(self._run([self.scontrol, "--version"]).decode())
         return self._format
+
+    def describe(self) -> dict[str, str]:
+        """Which Slurm this is and which ways of reading it are in use, for
+        ``jobtap status`` and ``jobtap doctor`` (the collector keeps them in
+        ``meta``): ``scheduler`` and ``scheduler_paths``."""
+        fmt = self._format
+        if fmt is None:
+            return {"scheduler": "Slurm (release not known before the first job listing)"}
+        release = self._release or f"{fmt.releases}.x"
+        if self.reads_singly():
+            single = f"slurmrestd {fmt.version}"
+        elif self._rest_unavailable:
+            single = f"a listing (slurmrestd unusable: {self._rest_unavailable})"
+        else:
+            single = "a listing (slurmrestd switched off)"
+        paths = [
+            f"jobs: {self.squeue} {' '.join(LISTING_ARGV)}",
+            f"nodes: {' '.join(fmt.nodes_argv)}",
+            f"single reads: {single}",
+            f"ended jobs: {self.sacct} --json",
+        ]
+        return {
+            "scheduler": f"Slurm {release}, JSON {fmt.version}",
+            "scheduler_paths": "; ".join(paths),
+        }
 
     def stat_nodes(self) -> dict[str, Native]:
         """Every node: 22.05's ``sinfo --json``, later ``scontrol show nodes

@@ -51,6 +51,7 @@ __all__ = [
     "document_format",
     "generation_of",
     "node_generation",
+    "release_of",
     "job_state_word",
 ]
 
@@ -299,6 +300,20 @@ def document_format(doc: dict[str, Any], command: str) -> Format:
             " where the release still writes it"
         )
     return FORMATS[named]
+
+
+def release_of(doc: dict[str, Any]) -> str | None:
+    """The Slurm release that wrote a document (``"24.11.5"``), from its ``meta``:
+    ``meta.slurm.release``, 22.05's ``meta.Slurm.release``; None if it says none."""
+    meta = doc.get("meta")
+    if not isinstance(meta, dict):
+        return None
+    for key in ("slurm", "Slurm"):
+        slurm = meta.get(key)
+        release = slurm.get("release") if isinstance(slurm, dict) else None
+        if isinstance(release, str) and release:
+            return release
+    return None
 
 
 def node_generation(native: dict[str, Any]) -> Generation:
