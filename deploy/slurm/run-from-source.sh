@@ -19,7 +19,7 @@
 #
 # Ports: one block per release, below the ephemeral range and clear of the
 # project's 22.05 (6817/6819, 17101-17104) and 17817/17819/17201-17204:
-#   23.02 -> 182xx, 23.11 -> 183xx, 24.05 -> 184xx, 24.11 -> 185xx, 25.05 -> 186xx,
+#   22.05 -> 180xx, 23.02 -> 182xx, 23.11 -> 183xx, 24.05 -> 184xx, 24.11 -> 185xx, 25.05 -> 186xx,
 #   25.11 -> 187xx, 26.05 -> 188xx ...; in the block, slurmctld xx17, slurmdbd xx19,
 #   nodes n1..n4 xx21-xx24.
 #
@@ -42,8 +42,10 @@ ACTION=${2:?usage: run-from-source.sh VERSION start|stop|env|status}
 }
 YY=$((10#${BASH_REMATCH[1]}))
 MM=$((10#${BASH_REMATCH[2]}))
-PREFIX=/opt/slurm/$VERSION
-CONF_DIR=$PREFIX/etc
+# JOBTAP_SLURM_PREFIX=/usr runs the distribution's packaged Slurm the same way
+# (e.g. Debian 12's 22.05 beside deploy/slurm/start.sh's cluster, for its hooks).
+PREFIX=${JOBTAP_SLURM_PREFIX:-/opt/slurm/$VERSION}
+CONF_DIR=/opt/slurm/$VERSION/etc
 STATE=/var/lib/jobtap-slurm-$VERSION
 RUN=$STATE/run
 LOG=$STATE/log
@@ -54,7 +56,7 @@ NODES=${JOBTAP_SLURM_NODES:-n1 n2 n3 n4}
 NNODES=$(echo $NODES | wc -w)
 # Port block: two releases a year from 23.02 (index 0) on.
 IDX=$(((YY - 23) * 2 + (MM >= 8 ? 1 : 0)))
-[ "$IDX" -ge 0 ] && [ "$IDX" -le 7 ] || {
+[ "$IDX" -ge -2 ] && [ "$IDX" -le 7 ] || {
     echo "no port block for $VERSION" >&2
     exit 2
 }
@@ -81,7 +83,9 @@ export SLURM_CONF=$CONF_DIR/slurm.conf
 export PATH=$PREFIX/bin:$PREFIX/sbin:$PATH
 
 if [ "$ACTION" = env ]; then
-    echo "export SLURM_CONF=$SLURM_CONF PATH=$PREFIX/bin:$PREFIX/sbin:\$PATH"
+    if [ "$PREFIX" = /usr ]; then echo "export SLURM_CONF=$SLURM_CONF"; else
+        echo "export SLURM_CONF=$SLURM_CONF PATH=$PREFIX/bin:$PREFIX/sbin:\$PATH"
+    fi
     exit 0
 fi
 
@@ -227,8 +231,13 @@ EOF
     echo "PartitionName=debug Nodes=$(echo $NODES | tr ' ' ',') Default=YES MaxTime=INFINITE State=UP"
 } >"$CONF_DIR/slurm.conf"
 chmod 644 "$CONF_DIR/slurm.conf"
-# Without cgroups (the releases that read cgroup.conf at all).
-printf '%s\nCgroupPlugin=disabled\n' "$MARK" >"$CONF_DIR/cgroup.conf"
+# Without cgroups: CgroupPlugin=disabled from 24.05 on (older releases do not know
+# the value; with proctrack/linuxproc and task/none they need no cgroup.conf).
+if [ "$IDX" -ge 2 ]; then
+    printf '%s\nCgroupPlugin=disabled\n' "$MARK" >"$CONF_DIR/cgroup.conf"
+else
+    rm -f "$CONF_DIR/cgroup.conf"
+fi
 {
     echo "$MARK; edits are overwritten."
     cat <<EOF
