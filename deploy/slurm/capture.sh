@@ -36,7 +36,7 @@
 #   squeue-3-timeout.json      the timeout job ended TIMEOUT
 #   squeue-4-after-min-job-age.json  `purged` gone from slurmctld
 #   squeue-5-after-cancel-all.json   after its remaining jobs were cancelled
-#   squeue-N-*-states-all.json  the same moments with --states=all (from 23.02 on,
+#   squeue-N-*-states-all.json  the same moments with --states=all (from 24.05 on,
 #                               squeue --json leaves finished jobs out without it)
 #   squeue-only-job-state-*.json / .err   squeue --only-job-state --json (23.11+)
 #   sinfo-*.json, scontrol-show-partition*.txt/json, scontrol-show-node-oneliner.txt,
@@ -532,7 +532,7 @@ EOF
   `squeue-4-after-min-job-age.json` once `purged` and `timeout` left slurmctld (MinJobAge);
   `squeue-5-after-cancel-all.json` after the rest was cancelled.
   `squeue-N-*-states-all.json`: `squeue --json --states=all` at the same moments (22.05
-  prints every job either way; later releases leave finished jobs out of plain
+  and 23.11 print every job either way; 24.05 and later leave finished jobs out of plain
   `squeue --json`). `squeue-N-*.txt`: the same moments as `squeue -t all -o '%i %j %T %r'`.
 - `squeue-only-job-state-*.json`: `squeue --only-job-state --json` (a `.err` file holds the
   error where the release has no such option).
