@@ -26,6 +26,7 @@ import pytest
 import jobtap
 from jobtap.collector.backends.base import StatError
 from jobtap.collector.backends.slurm import SlurmBackend
+from jobtap.collector.backends.slurm.versions import job_state_word
 from jobtap.collector.cycle import Collector
 from jobtap.collector.fingerprint import fingerprint
 from jobtap.collector.plan import RECONCILE
@@ -248,7 +249,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
 
     def settled():
         jobs = backend.stat_jobs()
-        return all(jobs.get(j, {}).get("job_state") == s for j, s in states.items())
+        return all(job_state_word(jobs.get(j, {}).get("job_state")) == s for j, s in states.items())
 
     eventually(settled, timeout=30, interval=0.2, what="jobs running and finished")
     unknown = ["999999", "999999_1", "abc", f"{arr}_77", ""]
@@ -292,7 +293,7 @@ def test_stat_some_gives_what_a_full_stat_gives(clean, r, caplog, tmp_path):
     live_started()
     _cmd("scancel", live)
     eventually(
-        lambda: backend.stat_some([live])[live]["job_state"] == "CANCELLED",
+        lambda: job_state_word(backend.stat_some([live])[live]["job_state"]) == "CANCELLED",
         timeout=30,
         interval=0.2,
         what="cancelled job settled",
@@ -412,7 +413,10 @@ def test_a_job_that_lived_between_two_reconciliations_unpoked_gets_new_and_final
         eventually(lambda: job not in squeue_ids(), timeout=90, interval=1, what="job purged")
         # sacct has its end (slurmctld sends it to slurmdbd as the job ends)
         eventually(
-            lambda: backend.history([job]).get(job, {}).get("state", {}).get("current") == "FAILED",
+            lambda: (
+                job_state_word(backend.history([job]).get(job, {}).get("state", {}).get("current"))
+                == "FAILED"
+            ),
             timeout=30,
             interval=0.5,
             what="sacct knows the job ended",
