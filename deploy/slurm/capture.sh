@@ -289,8 +289,9 @@ scontrol show job -o "${ID[running]}" >"$OUT/scontrol-show-job-running-oneliner.
 REST=$(command -v slurmrestd || true)
 REST_VERSIONS=
 # As root, slurmrestd needs SLURMRESTD_SECURITY=disable_user_check (what jobtap's
-# collector uses); 25.05 on refuse that (fatal_abort) when built with NDEBUG
-# (configure --disable-debug).  Then it runs as $REST_USER, an ordinary user.
+# collector uses); 25.05 on refuse that (fatal_abort) in any build but a developer
+# one (configure --enable-developer; NDEBUG is defined otherwise).  Then it runs as
+# $REST_USER, an ordinary user.
 REST_MODE=root
 REST_USER=${CAPTURE_REST_USER:-daemon}
 rest_run() {
