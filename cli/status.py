@@ -34,20 +34,23 @@ def status(redis_url, site, queue_redis, as_json):
 
     r = connect(redis_url)
     keys = SiteKeys(site)
-    meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
-    if not meta:
-        raise unwritten(site, redis_url)
-    info: dict = {"site": site, "meta": meta, "queues": {}, "streams": {}}
-    try:
+    unreadable = None
+    try:  # first: where the queues are is a usage error whatever the site holds
         q = connect_queues(queue_redis, r)
     except click.ClickException as exc:
         if not (queue_redis and is_sentinel_url(queue_redis)):
             raise
         # the site's data is still there to report; the backlogs come back with a primary
-        info["queues_unreadable"] = (
+        unreadable = (
             f"{exc.message}: the queue Redis has no primary now (a Sentinel failover under "
             "way?); shipments wait for the new one"
         )
+    meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
+    if not meta:
+        raise unwritten(site, redis_url)
+    info: dict = {"site": site, "meta": meta, "queues": {}, "streams": {}}
+    if unreadable is not None:
+        info["queues_unreadable"] = unreadable
     else:
         for prio in PRIORITIES:
             queue = Queue(keys.rq_queue(prio), connection=q)
