@@ -40,6 +40,7 @@
 #                               squeue --json leaves finished jobs out without it)
 #   squeue-only-job-state-*.json / .err   squeue --only-job-state --json (23.11+)
 #   sinfo-*.json, scontrol-show-partition*.txt/json, scontrol-show-node-oneliner.txt,
+#   scontrol-show-nodes.json (23.02+: the node listing jobtap reads),
 #   scontrol-show-job-<name>.json/.err (scontrol --json where supported)
 #   sacct.json, sacct-jobid-exitcode.txt, sacct-parsable.txt
 #   sdiag-*.txt (before and after 10 squeue --json + 10 --only-job-state reads)
@@ -279,6 +280,8 @@ run_to "$OUT/squeue-1-active.json" squeue --json
 run_to "$OUT/squeue-1-active-states-all.json" squeue --json --states=all
 run_to "$OUT/squeue-only-job-state-1-active.json" squeue --only-job-state --json
 run_to "$OUT/sinfo-busy.json" sinfo --json
+# the node listing jobtap reads after 22.05 (whose scontrol has no --json)
+run_to "$OUT/scontrol-show-nodes.json" scontrol show nodes --json
 squeue -t all -o '%i %j %T %r' >"$OUT/squeue-1-active.txt" 2>&1
 for n in running pending-resources held failed; do
     run_to "$OUT/scontrol-show-job-$n.json" scontrol show job --json "${ID[$n]}"

@@ -67,7 +67,33 @@ if [ ! -w "$hook_log" ] && { [ -e "$hook_log" ] || [ ! -w "$(dirname -- "$hook_l
 fi
 case $poke_timeout in '' | *[!0-9.]*) poke_timeout=2 ;; esac
 
-if [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
+# Run as JobCompLoc (JobCompType=jobcomp/script): slurmctld's jobcomp plugin runs
+# the script once a job completed, the job's facts in its environment (JOBID,
+# JOBSTATE, EXITCODE, START, END, NODES...), with no SLURM_SCRIPT_CONTEXT.  The
+# poke then carries them as the job's completion record, so that the collector
+# can ship its final without asking slurmctld (collector/backends/slurm/hook.py
+# says which it accepts).  slurmctld runs these one at a time: this returns in
+# milliseconds like the rest.
+record=
+if [ -z "${SLURM_SCRIPT_CONTEXT:-}" ] && [ -n "${JOBID:-}" ] && [ -n "${JOBSTATE:-}" ]; then
+    if [ "${ARRAYJOBID:-0}" != 0 ] && [[ ${ARRAYTASKID:-} =~ ^[0-9]{1,9}$ ]]; then
+        job_id=${ARRAYJOBID}_${ARRAYTASKID}
+    else
+        job_id=$JOBID
+    fi
+    record="{" sep=
+    for key in JOBID ARRAYJOBID ARRAYTASKID HETJOBID HETJOBOFFSET JOBSTATE EXITCODE \
+        DERIVED_EC SUBMIT START END NODES NODECNT PROCS PARTITION USERNAME \
+        GROUPNAME ACCOUNT JOBNAME LIMIT STATEREASONPREV; do # (not UID: bash sets its own)
+        [ -n "${!key+x}" ] || continue
+        value=${!key}
+        value=${value//\\/\\\\}
+        value=${value//\"/\\\"}
+        value=${value//[$'\001'-$'\037']/ }
+        record+="$sep\"$key\":\"$value\"" sep=,
+    done
+    record+="}"
+elif [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
     job_id=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
 else
     job_id=${SLURM_JOB_ID:-}
@@ -115,9 +141,11 @@ if [ -n "$have_pass" ]; then
     reply +
 fi
 [ "$db" = 0 ] || { resp SELECT "$db"; reply +; }
-# "ended 1" below: two words, or none (unquoted on purpose)
+extra=()
+[ -z "$JOBTAP_POKE_ENDED" ] || extra+=(ended 1)
+[ -z "$JOBTAP_POKE_RECORD" ] || extra+=(record "$JOBTAP_POKE_RECORD")
 resp XADD "jobtap:{$site}:pokes" MAXLEN "~" 10000 "*" ids "$JOBTAP_POKE_ID" source "$HOSTNAME" \
-    ${JOBTAP_POKE_ENDED:+ended 1}
+    "${extra[@]}"
 reply "\$"
 '
 
@@ -133,8 +161,10 @@ reply "\$"
 # 0.1 s at a job it still finds COMPLETING (0.5 s otherwise).
 ended=
 case ${SLURM_SCRIPT_CONTEXT:-} in epilog_slurmctld) ended=--ended ;; esac
+[ -z "$record" ] || ended=--ended
+# (`jobtap poke`, the fallback, sends no record: the collector then reads the job.)
 JOBTAP_REDIS=$url JOBTAP_SITE=$site JOBTAP_POKE_ID=$job_id JOBTAP_POKE_TIMEOUT=$poke_timeout \
-    JOBTAP_POKE_ENDED=$ended FAST_POKE=$FAST_POKE setsid /bin/bash -c '
+    JOBTAP_POKE_ENDED=$ended JOBTAP_POKE_RECORD=$record FAST_POKE=$FAST_POKE setsid /bin/bash -c '
     exec </dev/null >>"$1" 2>&1
     shift
     timeout -k 1 "$JOBTAP_POKE_TIMEOUT" /bin/bash -c "$FAST_POKE" 2>/dev/null && exit 0

@@ -24,6 +24,7 @@ from .accounting import (
     parse_sacct,
     parse_sacct_exit_codes,
 )
+from .hook import completion_record
 from .listing import (
     PROBE_FORMAT,
     describe_errors,
@@ -296,6 +297,12 @@ class SlurmBackend(CommandBackend):
             else:
                 out[key] = total
         return out
+
+    def poked_record(self, job_id: str, raw: bytes) -> Native | None:
+        """The completion record a poke carried (jobcomp/script: :mod:`.hook`),
+        if it can be the job's final: its facts and what the last listing or
+        single read said of the rest; None: read the job as for any poke."""
+        return completion_record(job_id, raw, (self._last_jobs or {}).get(job_id))
 
     def slurm_format(self) -> Format:
         """The format this Slurm writes: the last ``squeue --json``'s, else the

@@ -53,6 +53,7 @@ a pending job there), an end time only once it has ended.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from jobtap.schema import (
@@ -82,6 +83,7 @@ from ..common import (
     mapping_field,
     parse_int,
 )
+from .hook import COMPLETION_KEY
 from .values import (
     duration,
     exit_status_from_text,
@@ -384,16 +386,80 @@ def _normalise_sacct(job_id: str, native: Native, gen: Generation, scheduler: st
     }
 
 
+def _limit_minutes(text: str | None) -> int | None:
+    """jobcomp's ``LIMIT`` (``"00:02:00"``, ``"1-00:00:00"``, ``"UNLIMITED"``) in minutes."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d\d):(\d\d)", text or "")
+    if match is None:
+        return None
+    days, hours, minutes = int(match[1] or 0), int(match[2]), int(match[3])
+    return (days * 24 + hours) * 60 + minutes
+
+
+def _normalise_completion(job_id: str, native: Native, scheduler: str) -> Record:
+    """A completion record (:mod:`.hook`): jobcomp's facts, and what the
+    collector's last listing said of what jobcomp does not (memory, priority,
+    comment), read as the listing's own record of the job would be."""
+    facts = mapping_field(native, COMPLETION_KEY)
+    listed = mapping_field(native, "jobtap_listed")
+    word = job_state_word(facts.get("JOBSTATE")) or ""
+    state = job_state(word)
+    exit_status = exit_status_from_text(facts.get("EXITCODE"))
+    allocated = expand_hostlist(facts.get("NODES"))
+    start, end = parse_int(facts.get("START")), parse_int(facts.get("END"))
+    asked = tres(listed.get("tres_req_str"))
+    used: dict[str, Any] = {}
+    if allocated and start and end and end >= start:
+        used["walltime"] = duration(end - start)
+    array_id = parse_int(facts.get("ARRAYJOBID")) or 0
+    array_parent, array_index = _array_fields(
+        job_id, array_id, parse_int(facts.get("ARRAYTASKID")) if array_id else None
+    )
+    comment = listed.get("comment")
+    return {
+        "id": job_id,
+        "scheduler": scheduler,
+        "user": _user(facts.get("USERNAME"), None),
+        "group": text(facts, "GROUPNAME"),
+        "account": text(facts, "ACCOUNT"),
+        "name": text(facts, "JOBNAME"),
+        "queue": text(facts, "PARTITION"),
+        "state": state,
+        "native_state": word,
+        "reason": _reason(state, word, None, exit_status, None),
+        "comment": comment if isinstance(comment, str) and comment else None,
+        "submit_time": slurm_time(facts.get("SUBMIT")),
+        "start_time": slurm_time(start) if allocated else None,
+        "end_time": slurm_time(end),
+        "exit_status": exit_status if allocated else None,
+        "requested": {
+            "ncpus": parse_int(facts.get("PROCS")),
+            "nodes": parse_int(facts.get("NODECNT")),
+            "mem": asked.get("mem"),
+            "walltime": walltime(_limit_minutes(facts.get("LIMIT"))),
+            "select": None,
+        },
+        "allocated": allocated,
+        "resources_used": used,
+        "array_parent": array_parent,
+        "array_index": array_index,
+        "priority": FLAGS.number(listed.get("priority")),
+        "native": native,
+    }
+
+
 def normalise_job(
     job_id: str, native: Native, *, scheduler: str = "slurm", tz: str | None = None
 ) -> Record:
-    """One job of ``squeue --json`` or of ``sacct --json`` as a normalised record.
+    """One job of ``squeue --json``, of ``sacct --json`` or of a completion
+    record (:mod:`.hook`) as a normalised record.
 
     ``tz`` is accepted for the common signature and ignored: Slurm prints epoch
     seconds.  ``native`` is the record itself, not a copy, and is not modified.
     """
     check_object_id(job_id, "job id")
     check_record(native, "job")
+    if COMPLETION_KEY in native:
+        return _normalise_completion(job_id, native, scheduler)
     number = native.get("job_id")
     if parse_int(number) is None or isinstance(number, str):
         raise BadRecord(f"job_id missing or not a number: {number!r:.40}")

@@ -276,20 +276,22 @@ _VERSION = re.compile(r"v\d+\.\d+\.\d+")
 
 def document_format(doc: dict[str, Any], command: str) -> Format:
     """The format a loaded document was written in, from its ``meta``: 22.05's
-    ``meta.plugin.type`` (``openapi/v0.0.38``), later ``meta.plugin.data_parser``
-    (``data_parser/v0.0.42``).  A document that names a version jobtap does not
-    know raises :class:`UnknownFormat` naming it; one that names none is read
-    as 22.05's (its ``meta`` is the only one without ``data_parser``)."""
+    ``meta.plugin.type`` (``openapi/v0.0.38``), 23.02's ``meta.plugins.data_parser``
+    (``data_parser/v0.0.39``), later ``meta.plugin.data_parser``.  A document
+    that names a version jobtap does not know raises :class:`UnknownFormat`
+    naming it; one that names none is read as 22.05's (its ``meta`` is the only
+    one without ``data_parser``)."""
     meta = doc.get("meta")
-    plugin = meta.get("plugin") if isinstance(meta, dict) else None
     named = None
-    if isinstance(plugin, dict):
+    for holder in ("plugin", "plugins"):  # 23.02 says "plugins"
+        plugin = meta.get(holder) if isinstance(meta, dict) else None
+        if not isinstance(plugin, dict):
+            continue
         for key in ("data_parser", "type"):
             value = plugin.get(key)
             match = _VERSION.search(value) if isinstance(value, str) else None
             if match:
-                named = match[0]
-                break
+                named = named or match[0]
     if named is None:
         return FORMATS["v0.0.38"]
     if named not in FORMATS:
