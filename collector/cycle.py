@@ -448,8 +448,10 @@ class Collector:
         """Follow mode's targeted refresh: stat just these jobs and ship what
         changed, through the same fingerprint/normalise/ship steps as a full
         cycle (so a later full cycle finds nothing new and ids never repeat).
-        ``given``: native records the pokes brought (PBS's jobobit hook), as
-        the scheduler's listing prints them; those jobs are not stat'ed.
+        ``given``: native records the pokes brought (PBS's jobobit hook: as
+        the scheduler's listing prints them; Slurm's completion records); those
+        jobs are not stat'ed, and those whose final already went out (a read
+        found the end first) are left out.
         ``deferred``: while a cycle runs in another thread, what is remembered
         of the shipped jobs is appended there, to be done after the cycle
         (the cycle owns the tracker until it ends).
@@ -463,6 +465,10 @@ class Collector:
         given = given or {}
         ids = self._poked_ids(job_ids)
         report = self._new_report()
+        late = [j for j in ids if j in given and (x := seen.get(j)) and x.state in TERMINAL]
+        if late:  # their final went out (a read found the end first): nothing to add
+            ids = [j for j in ids if j not in set(late)]
+            report.add("poked_record_after_final", len(late))
         if not ids:
             return report
         natives = {j: given[j] for j in ids if j in given}

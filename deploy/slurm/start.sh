@@ -15,7 +15,8 @@
 # (default /var/lib/jobtap-slurm); the configuration in /etc/slurm (a file there
 # that this script did not write is never overwritten).
 #
-# PrologSlurmctld and EpilogSlurmctld run jobtap-slurmctld-hook.sh (installed as
+# PrologSlurmctld, EpilogSlurmctld and JobCompLoc (jobcomp/script) run
+# jobtap-slurmctld-hook.sh (installed as
 # $JOBTAP_SLURM_DIR/hooks/jobtap-slurmctld-hook.sh, its default jobtap command being
 # this checkout's .venv/bin/jobtap): `jobtap poke` for follow mode when
 # /etc/jobtap/slurm-hook.env exists, nothing otherwise (docs/slurm.md, "Follow mode").
@@ -158,7 +159,10 @@ SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=6819
-JobCompType=jobcomp/none
+# jobtap follow mode: the same script as JobCompLoc pokes with the job's
+# completion record (jobcomp/script), a final that needs no read.
+JobCompType=jobcomp/script
+JobCompLoc=$HOOK
 # jobtap follow mode: jobtap poke when a job starts and when it ends (a no-op
 # without /etc/jobtap/slurm-hook.env; the script always exits 0 at once).
 PrologSlurmctld=$HOOK

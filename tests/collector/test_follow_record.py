@@ -230,3 +230,29 @@ def test_a_record_is_shipped_while_a_record_less_poke_waits_for_qstat(
     seen = svc.collector.tracker.of("job")
     assert seen["3.vm"].state in TERMINAL and seen["1.vm"].state in TERMINAL
     assert "3.vm" in svc.collector.poked_finals  # noted once the refresh was over
+
+
+def test_a_record_poked_after_the_final_went_out_is_neither_read_nor_shipped(
+    tmp_path, monkeypatch, r, redis_server
+):
+    """A read found the job's end first (Slurm: the epilog's poke, then the
+    completion record of jobcomp/script a moment later) while the job is still
+    listed: the record that comes after the final adds nothing, and nothing is
+    asked of the scheduler for it."""
+    fake = FakePBS(tmp_path, FIXTURES, monkeypatch)
+    log = tmp_path / "calls.jsonl"
+    fake.set("10-busy", log=str(log))
+    svc = service(fake, r)
+    fake.set("30-array-running", log=str(log))
+    svc.collector.run_cycle(tier="reconcile")  # 2[1].vm's final, from the listing
+    assert svc.collector.tracker.of("job")["2[1].vm"].state in TERMINAL  # still listed (X)
+    drain(r, SITE)
+    calls = len(qstat_calls(log))
+    jobobit(tmp_path, redis_server, "30-array-running", "2[1].vm")
+    svc.pokes.read(block_ms=1000)
+    ids = list(svc.pokes.pending)
+    report = svc.collector.refresh(ids, svc.poked_records(ids))
+    assert report.counts.get("poked_record_after_final") == 1
+    assert report.counts.get("chunks", 0) == 0 and len(qstat_calls(log)) == calls
+    events = [e for e in site_events(r, SITE) if e["object_id"] == "2[1].vm"]
+    assert [e["type"] for e in events].count("final") == 1

@@ -396,6 +396,55 @@ def test_follow_mode_ships_the_final_within_seconds_of_the_end(clean, hook_env, 
     assert "not delivered" not in (hook_env.read_text() if hook_env.exists() else "")
 
 
+# The completion record (JobCompLoc) ----------------------------------------------------
+def test_jobcomp_pokes_a_completion_record_the_backend_ships_as_the_final(
+    slurm, clean, hook_env, r
+):
+    """slurmctld runs the hook as JobCompLoc (jobcomp/script) once a job
+    completed: its poke carries the job's completion record, which the backend
+    accepts as the final of a job it listed (exit 3: failed, 3) without asking
+    slurmctld, equal to what a read of the job would ship."""
+    backend = cluster().backend(timeout=30)
+    job = sbatch("--wrap", "sleep 1; exit 3", "-J", "jobcomp_fail")
+    eventually(lambda: job in backend.stat_jobs(), timeout=30, what="the job listed")
+
+    def recorded() -> bytes | None:
+        for _, fields in r.xrange(K.pokes):
+            if fields[b"ids"].decode() == job and b"record" in fields:
+                return fields[b"record"]
+        return None
+
+    raw = eventually(recorded, timeout=60, interval=0.2, what="the completion poke")
+    native = backend.poked_record(job, raw)
+    assert native is not None, raw
+    record = backend.normalise_job(job, native)
+
+    def listed_ended() -> dict | None:  # what a read would ship (MinJobAge: still listed)
+        native = backend.stat_jobs().get(job)
+        ended = native is not None and job_state_word(native["job_state"]) == "FAILED"
+        return backend.normalise_job(job, native) if ended else None
+
+    final = eventually(listed_ended, timeout=30, interval=0.5, what="the listing has its end")
+    assert (record["state"], record["exit_status"], record["reason"]) == (
+        "failed", 3, "NonZeroExitCode",
+    )  # fmt: skip
+    for field in (
+        "user",
+        "group",
+        "account",
+        "queue",
+        "name",
+        "allocated",
+        "start_time",
+        "end_time",
+        "requested",
+        "priority",
+        "comment",
+        "resources_used",
+    ):
+        assert record[field] == final[field], (field, record[field], final[field])
+
+
 # A job no poke announced -------------------------------------------------------------
 def test_a_job_that_lived_between_two_reconciliations_unpoked_gets_new_and_final(
     clean, r, tmp_path

@@ -211,7 +211,10 @@ SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
-JobCompType=jobcomp/none
+# jobtap follow mode: the same script as JobCompLoc pokes with the job's
+# completion record (jobcomp/script), a final that needs no read.
+JobCompType=jobcomp/script
+JobCompLoc=$HOOK_IN
 # jobtap follow mode (a no-op without /etc/jobtap/slurm-hook.env, the host's).
 PrologSlurmctld=$HOOK_IN
 EpilogSlurmctld=$HOOK_IN
