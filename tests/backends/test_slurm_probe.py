@@ -103,3 +103,27 @@ def test_without_slurmrestd_a_targeted_stat_is_one_listing(tmp_path):
     assert backend.cost.commands - before == 2  # env slurmrestd (not found) + squeue --json
     assert backend.stat_some(some) == {j: listed[j] for j in some}
     assert backend.cost.commands - before == 3  # noted once: now straight to squeue --json
+
+
+def test_a_slurmrestd_that_refuses_to_run_here_makes_single_reads_listings(tmp_path):
+    """25.05 and later refuse SLURMRESTD_SECURITY=disable_user_check (what root
+    needs) with a fatal: the backend notes why once, lists instead, and says so
+    in what it describes of itself (jobtap status, doctor)."""
+    refused = fixtures_dir() / "slurm" / "25.11" / "rest" / "root-disable-user-check-refused.txt"
+    fatal = next(line for line in refused.read_text().splitlines() if "fatal:" in line)
+    rest = tmp_path / "slurmrestd"
+    rest.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{fatal}' >&2\nexit 134\n")
+    rest.chmod(0o755)
+    squeue = tmp_path / "squeue"
+    listing = fixtures_dir() / "slurm" / "25.11" / "squeue-1-active.json"
+    squeue.write_text(f"#!/bin/sh\ncat {listing}\n")
+    squeue.chmod(0o755)
+    backend = SlurmBackend(squeue=str(squeue), slurmrestd=str(rest), sacct=str(tmp_path / "no"))
+    listed = backend.stat_jobs()
+    some = sorted(listed)[:2]
+    assert backend.reads_singly()
+    assert backend.stat_some(some) == {j: listed[j] for j in some}
+    assert not backend.reads_singly()
+    paths = backend.describe()["scheduler_paths"]
+    assert "slurmrestd unusable: fatal: SLURMRESTD_SECURITY=disable_user_check" in paths
+    assert backend.describe()["scheduler"] == "Slurm 25.11.7, JSON v0.0.44"

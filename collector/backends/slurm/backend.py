@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -54,6 +55,7 @@ VOLATILE_JOB_KEYS = ("last_sched_evaluation",)
 # cluster of a federation (22.05's --json: SHOW_ALL, SHOW_LOCAL).
 LISTING_ARGV = ("--json", "--all", "--local", "--states=all")
 _ON_NODES = frozenset({RUNNING, SUSPENDED, EXITING})
+_FATAL = re.compile(rb"fatal: [^\n]*")
 _RELEASE = re.compile(r"(\d+)\.(\d+)\.\d+")
 
 
@@ -246,15 +248,24 @@ class SlurmBackend(CommandBackend):
         slurmrestd (and one more for the requests after an unknown job, whose
         error answer closes the connection), VERSION being the format of the
         last ``squeue --json``.  An array's number brings all its tasks.
-        Unknown jobs are absent; any other error is a StatError."""
-        argv = ["env", "SLURMRESTD_SECURITY=disable_user_check", self.slurmrestd,
-                "-a", "rest_auth/local", *fmt.rest_argv]  # fmt: skip
+        Unknown jobs are absent; any other error is a StatError.
+
+        slurmrestd refuses to run as root (or SlurmUser) unless
+        ``SLURMRESTD_SECURITY=disable_user_check`` says otherwise, which it
+        gets here only as root; from 25.05 on, release builds refuse that
+        setting itself (a ``fatal``): there, as root, slurmrestd is unusable and
+        single reads become listings (run the collector as a user of its own)."""
+        security = ["SLURMRESTD_SECURITY=disable_user_check"] if os.geteuid() == 0 else []
+        argv = ["env", *security, self.slurmrestd, "-a", "rest_auth/local", *fmt.rest_argv]
         out: dict[str, Native] = {}
         while numbers:
             status, raw, err = self._run_full(argv, input=rest.requests(fmt.version, numbers))
             if status in (126, 127):  # env could not run it: not installed, not executable
                 raise _RestUnavailable(first_line(err))
             got = rest.answers(raw)
+            fatal = _FATAL.search(err)
+            if not got and fatal:  # it will not run here (its user, its settings)
+                raise _RestUnavailable(fatal[0].decode(errors="replace")[:300])
             if not got:
                 raise StatError(f"slurmrestd answered none of {len(numbers)} requests"
                                 f" (status {status}): {first_line(err)}")  # fmt: skip
