@@ -101,6 +101,17 @@ def check_follow(meta: dict[str, str]) -> Check:
                  "read, changes wait for the next full stat")  # fmt: skip
 
 
+def check_scheduler(meta: dict[str, str]) -> Check | None:
+    """What the collector's backend says of the scheduler and of how it reads
+    it (Slurm: the release, the JSON version, the paths in use), when it says."""
+    if not meta.get("scheduler"):
+        return None
+    paths = meta.get("scheduler_paths", "")
+    level = WARN if "unusable" in paths else OK
+    detail = f"{meta['scheduler']}; {paths}" if paths else meta["scheduler"]
+    return Check("scheduler", level, detail)
+
+
 def check_pokes_arriving(r: redis.Redis, keys: SiteKeys) -> Check:
     last = r.xrevrange(keys.pokes, count=1)
     if not last:
@@ -192,9 +203,9 @@ def run_checks(
     alive = checks[0].level != FAIL and checks[1].level != FAIL
     if send_probe and alive:
         checks.append(probe(r, keys, wait))
-    feed = check_feed(meta)
-    if feed is not None:
-        checks.append(feed)
+    for extra in (check_scheduler(meta), check_feed(meta)):
+        if extra is not None:
+            checks.append(extra)
     checks.append(check_workers(q, keys))
     return checks
 

@@ -78,6 +78,10 @@ def status(redis_url, site, queue_redis, as_json):
         f"  last cycle   {meta.get('last_cycle', '-')} at {meta.get('last_cycle_at', '-')}"
         f" took {meta.get('last_duration_s', '-')}s"
     )
+    if meta.get("scheduler"):  # what the backend says of it (Slurm: release, read paths)
+        click.echo(f"  scheduler    {meta['scheduler']}")
+    if meta.get("scheduler_paths"):
+        click.echo(f"  reads        {meta['scheduler_paths']}")
     for line in lease_lines(info["lease"], meta):
         click.echo(line)
     for line in tier_lines(meta):

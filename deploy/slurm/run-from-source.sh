@@ -25,10 +25,15 @@
 #
 # Hooks for capture.sh: PrologSlurmctld and EpilogSlurmctld run
 # $STATE/hooks/capture-hook.sh, JobCompType=jobcomp/script runs
-# $STATE/hooks/capture-jobcomp.sh.  Both do nothing unless $STATE/hooks/capture-dir
-# names a directory; then they write their environment (`env | sort`) to
-# DIR/hook-env/<SLURM_SCRIPT_CONTEXT>-<jobid>.txt and DIR/jobcomp-env/<jobid>.txt.
-# capture.sh writes and removes capture-dir itself.
+# $STATE/hooks/capture-jobcomp.sh.  When $STATE/hooks/capture-dir names a
+# directory they write their environment (`env | sort`) to
+# DIR/hook-env/<SLURM_SCRIPT_CONTEXT>-<jobid>.txt and DIR/jobcomp-env/<jobid>.txt
+# (capture.sh writes and removes capture-dir itself); then they run jobtap's own
+# hook, a no-op without /etc/jobtap/slurm-hook.env.
+#
+# Clients: $STATE/bin holds wrappers of the commands with this cluster's
+# SLURM_CONF; first on PATH, they drive it (the live tests run on such a
+# release with JOBTAP_SLURM_FROM_SOURCE=VERSION: tests/support/slurm.py).
 #
 # Environment: JOBTAP_SLURM_MIN_JOB_AGE (default 10), JOBTAP_SLURM_TIMEOUT (seconds
 # per daemon, default 60), JOBTAP_SLURM_NODES (default "n1 n2 n3 n4").
@@ -71,6 +76,7 @@ DB_USER=jobtap_slurm_src
 DB_PASS=jobtap-slurm-src
 MARK="# Written by jobtap deploy/slurm/run-from-source.sh"
 T0=$(date +%s)
+CHECKOUT=$(cd "$(dirname "$0")/../.." && pwd)
 
 say() { echo "slurm-$VERSION [$(($(date +%s) - T0))s]: $*"; }
 die() {
@@ -161,27 +167,44 @@ for n in $NODES; do mkdir -p "$STATE/spool/$n"; done
 cat >"$HOOKS/capture-hook.sh" <<'EOF'
 #!/bin/sh
 # jobtap-capture-hook: PrologSlurmctld/EpilogSlurmctld for deploy/slurm/capture.sh
-dir=$(cat "$(dirname "$0")/capture-dir" 2>/dev/null) || exit 0
-[ -d "$dir" ] || exit 0
-mkdir -p "$dir/hook-env"
-ctx=${SLURM_SCRIPT_CONTEXT:-$(basename "$0")}
-f="$dir/hook-env/$ctx-${SLURM_JOB_ID:-unknown}.txt"
-[ -e "$f" ] && f="$dir/hook-env/$ctx-${SLURM_JOB_ID:-unknown}-$$.txt"
-env | LC_ALL=C sort >"$f" 2>/dev/null
-exit 0
+dir=$(cat "$(dirname "$0")/capture-dir" 2>/dev/null)
+if [ -n "$dir" ] && [ -d "$dir" ]; then
+    mkdir -p "$dir/hook-env"
+    ctx=${SLURM_SCRIPT_CONTEXT:-$(basename "$0")}
+    f="$dir/hook-env/$ctx-${SLURM_JOB_ID:-unknown}.txt"
+    [ -e "$f" ] && f="$dir/hook-env/$ctx-${SLURM_JOB_ID:-unknown}-$$.txt"
+    env | LC_ALL=C sort >"$f" 2>/dev/null
+fi
+# then jobtap's own hook (a no-op without /etc/jobtap/slurm-hook.env)
+exec /bin/bash "$(dirname "$0")/jobtap-slurmctld-hook.sh"
 EOF
 cat >"$HOOKS/capture-jobcomp.sh" <<'EOF'
 #!/bin/sh
 # jobtap-capture-hook: JobCompLoc (jobcomp/script) for deploy/slurm/capture.sh
-dir=$(cat "$(dirname "$0")/capture-dir" 2>/dev/null) || exit 0
-[ -d "$dir" ] || exit 0
-mkdir -p "$dir/jobcomp-env"
-f="$dir/jobcomp-env/${JOBID:-${SLURM_JOB_ID:-unknown}}.txt"
-[ -e "$f" ] && f="$dir/jobcomp-env/${JOBID:-${SLURM_JOB_ID:-unknown}}-$$.txt"
-env | LC_ALL=C sort >"$f" 2>/dev/null
-exit 0
+dir=$(cat "$(dirname "$0")/capture-dir" 2>/dev/null)
+if [ -n "$dir" ] && [ -d "$dir" ]; then
+    mkdir -p "$dir/jobcomp-env"
+    f="$dir/jobcomp-env/${JOBID:-${SLURM_JOB_ID:-unknown}}.txt"
+    [ -e "$f" ] && f="$dir/jobcomp-env/${JOBID:-${SLURM_JOB_ID:-unknown}}-$$.txt"
+    env | LC_ALL=C sort >"$f" 2>/dev/null
+fi
+exec /bin/bash "$(dirname "$0")/jobtap-slurmctld-hook.sh"
 EOF
-chmod 755 "$HOOKS/capture-hook.sh" "$HOOKS/capture-jobcomp.sh"
+# jobtap's hook, as deploy/slurm/start.sh installs it (its default command this
+# checkout's .venv/bin/jobtap): follow mode on this release in the live tests.
+sed "s|^DEFAULT_BIN=.*|DEFAULT_BIN=$CHECKOUT/.venv/bin/jobtap|" \
+    "$CHECKOUT/deploy/slurm/jobtap-slurmctld-hook.sh" >"$HOOKS/jobtap-slurmctld-hook.sh"
+chmod 755 "$HOOKS/capture-hook.sh" "$HOOKS/capture-jobcomp.sh" "$HOOKS/jobtap-slurmctld-hook.sh"
+
+# Client wrappers: $STATE/bin first on PATH drives this cluster (its SLURM_CONF).
+mkdir -p "$STATE/bin"
+for cmd in squeue sinfo sacct sacctmgr scontrol sbatch scancel sdiag srun salloc slurmrestd; do
+    real=$PREFIX/bin/$cmd
+    [ -x "$real" ] || real=$PREFIX/sbin/$cmd
+    printf '#!/bin/sh\n# %s of the Slurm %s cluster of deploy/slurm/run-from-source.sh\nSLURM_CONF=%s exec %s "$@"\n' \
+        "$cmd" "$VERSION" "$SLURM_CONF" "$real" >"$STATE/bin/$cmd"
+    chmod 755 "$STATE/bin/$cmd"
+done
 
 {
     echo "$MARK; edits are overwritten."

@@ -1,5 +1,7 @@
 """The real Slurms of this machine, once per test session each: Debian 12's
-22.05 (deploy/slurm/start.sh) and Debian 13's 24.11 (deploy/slurm/debian13/start.sh).
+22.05 (deploy/slurm/start.sh) and Debian 13's 24.11 (deploy/slurm/debian13/start.sh),
+and in development the releases JOBTAP_SLURM_FROM_SOURCE names
+(deploy/slurm/run-from-source.sh).
 
 A test that asks for ``slurm`` runs once per cluster (ids ``[22.05]`` and
 ``[24.11]``), unless its module narrows that with
@@ -64,7 +66,7 @@ def slurm(request) -> SlurmCluster:
     test of tests/support/slurm.py), or a failure that says why there is none."""
     cluster = CLUSTERS[request.param]
     if os.geteuid() != 0:
-        missing(f"Slurm tests need root: {cluster.start_script.name} installs and starts daemons")
+        missing("Slurm tests need root: the start scripts install and start daemons")
     if not Path("/usr/bin/apt-get").exists() and not Path("/usr/sbin/slurmctld").exists():
         missing("Slurm tests need Debian 12 (apt-get) or Slurm 22.05 installed")
     lock = _take_turn(cluster.lock)
@@ -73,12 +75,12 @@ def slurm(request) -> SlurmCluster:
         proc = cluster.start()
     except subprocess.TimeoutExpired:
         lock.close()
-        missing(f"{cluster.start_script} did not finish within 600 s")
+        missing(f"{' '.join(cluster.start_command)} did not finish within 600 s")
     if proc.returncode != 0:
         lock.close()
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-        missing(f"Slurm {cluster.release} could not start ({cluster.start_script} exit "
-                f"{proc.returncode}): {tail}")  # fmt: skip
+        missing(f"Slurm {cluster.release} could not start ({' '.join(cluster.start_command)}"
+                f" exit {proc.returncode}): {tail}")  # fmt: skip
     started_here = "already running" not in proc.stdout
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     print(f"\nSlurm {cluster.release} ready in {time.monotonic() - t0:.1f}s: {last}")
@@ -87,7 +89,7 @@ def slurm(request) -> SlurmCluster:
         yield cluster
     finally:
         if started_here and not os.environ.get("JOBTAP_SLURM_KEEP"):
-            subprocess.run(["bash", str(cluster.stop_script)], capture_output=True, timeout=120)
+            cluster.stop()
         lock.close()
 
 

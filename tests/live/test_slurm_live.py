@@ -277,3 +277,24 @@ def test_slurmctld_stopped_mid_run_fails_cycles_without_false_finals(slurm, clea
     h.until("finals after the restart", lambda: h.final(run) and h.final(held))
     assert_lifecycle(h, run, final=("cancelled", KILLED_BY_SIGTERM), must_see=("running",))
     assert_lifecycle(h, held, final=("cancelled", None), must_see=("held",))
+
+
+def test_status_and_doctor_say_which_slurm_and_how_it_is_read(slurm, clean, r, redis_server):
+    """The collector keeps what the backend says of Slurm in meta: jobtap
+    status and jobtap doctor show the release, the JSON version and the paths."""
+    from click.testing import CliRunner
+
+    from jobtap.cli.doctor import doctor
+    from jobtap.cli.status import status
+
+    h = Harness(r)
+    assert h.cycle()
+    version = _cmd("sinfo", "--version").split()[-1]
+    common = ["--redis", redis_server.url, "--site", SITE]
+    out = CliRunner().invoke(status, common).output
+    scheduler = next(line for line in out.splitlines() if line.strip().startswith("scheduler"))
+    assert f"Slurm {version}, JSON v0.0." in scheduler, out
+    reads = next(line for line in out.splitlines() if line.strip().startswith("reads"))
+    assert "squeue --json --all --local --states=all" in reads and "single reads:" in reads, out
+    out = CliRunner().invoke(doctor, common).output
+    assert f"Slurm {version}" in out, out

@@ -52,8 +52,8 @@ class SlurmCluster:
     """One real Slurm on this machine and how to reach it."""
 
     release: str  # "22.05", "24.11": the test ids and xdist groups say it
-    start_script: Path
-    stop_script: Path
+    start_command: tuple[str, ...]
+    stop_command: tuple[str, ...]
     # Where its client commands are (wrappers that chroot into its root), first
     # on PATH; None: the host's own commands.
     bin_dir: Path | None
@@ -79,9 +79,12 @@ class SlurmCluster:
 
     def start(self) -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["bash", str(self.start_script)], capture_output=True, text=True, timeout=600,
+            self.start_command, capture_output=True, text=True, timeout=600,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
+
+    def stop(self) -> None:
+        subprocess.run(self.stop_command, capture_output=True, timeout=120)
 
     def slurmctld_pid(self) -> int:
         return int(self.slurmctld_pid_file.read_text().strip())
@@ -89,10 +92,11 @@ class SlurmCluster:
 
 _SLURM22_DIR = Path(os.environ.get("JOBTAP_SLURM_DIR", "/var/lib/jobtap-slurm"))
 _SLURM24_DIR = Path(os.environ.get("JOBTAP_SLURM24_DIR", "/var/lib/jobtap-slurm24"))
+_DEPLOY = ROOT / "deploy" / "slurm"
 SLURM_22 = SlurmCluster(
     release="22.05",
-    start_script=ROOT / "deploy" / "slurm" / "start.sh",
-    stop_script=ROOT / "deploy" / "slurm" / "stop.sh",
+    start_command=("bash", str(_DEPLOY / "start.sh")),
+    stop_command=("bash", str(_DEPLOY / "stop.sh")),
     bin_dir=None,
     nodes=("n1", "n2", "n3", "n4"),
     slurmctld_pid_file=_SLURM22_DIR / "run" / "slurmctld.pid",
@@ -100,14 +104,40 @@ SLURM_22 = SlurmCluster(
 )
 SLURM_24 = SlurmCluster(
     release="24.11",
-    start_script=ROOT / "deploy" / "slurm" / "debian13" / "start.sh",
-    stop_script=ROOT / "deploy" / "slurm" / "debian13" / "stop.sh",
+    start_command=("bash", str(_DEPLOY / "debian13" / "start.sh")),
+    stop_command=("bash", str(_DEPLOY / "debian13" / "stop.sh")),
     bin_dir=_SLURM24_DIR / "bin",
     nodes=("m1", "m2", "m3", "m4"),
     slurmctld_pid_file=_SLURM24_DIR / "root" / "var/lib/jobtap-slurm24/run/slurmctld.pid",
     lock=Path("/tmp/jobtap-slurm24.lock"),
 )
-CLUSTERS = {c.release: c for c in (SLURM_22, SLURM_24)}
+
+
+def from_source(release: str) -> SlurmCluster:
+    """A release built by deploy/slurm/build-from-source.sh, run as a cluster of
+    its own by run-from-source.sh (development: the live suite run once per
+    release, JOBTAP_SLURM_FROM_SOURCE="23.02 25.11")."""
+    state = Path(f"/var/lib/jobtap-slurm-{release}")
+    script = str(_DEPLOY / "run-from-source.sh")
+    return SlurmCluster(
+        release=release,
+        start_command=("bash", script, release, "start"),
+        stop_command=("bash", script, release, "stop"),
+        bin_dir=state / "bin",
+        nodes=("n1", "n2", "n3", "n4"),
+        slurmctld_pid_file=state / "run" / "slurmctld.pid",
+        lock=Path(f"/tmp/jobtap-slurm-{release}.lock"),
+    )
+
+
+CLUSTERS = {
+    c.release: c
+    for c in (
+        SLURM_22,
+        SLURM_24,
+        *map(from_source, os.environ.get("JOBTAP_SLURM_FROM_SOURCE", "").split()),
+    )
+}
 _under_test: list[SlurmCluster] = [SLURM_22]
 
 
