@@ -17,7 +17,6 @@ tests/live/test_psij.py runs a part of it in ``make test``.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import importlib.metadata
 import platform
 import sys
@@ -35,7 +34,7 @@ from tests.psij.upstream import (
     prepare,
     run_suite,
 )
-from tests.support.slurm import LOCK, _start_slurm, cancel_everything
+from tests.support.slurm import SLURM_22, cancel_everything
 
 
 def main(argv: list[str]) -> int:
@@ -49,13 +48,7 @@ def main(argv: list[str]) -> int:
     selection = args.selection or default
     print(f"psij-python {importlib.metadata.version('psij-python')}, tests from "
           f"{args.tests or 'its sdist'}: {' '.join(selection)}", flush=True)  # fmt: skip
-    with open(LOCK, "a") as lock, tempfile.TemporaryDirectory(prefix="psij-suite-") as tmp:
-        print(f"waiting for the Slurm lock {LOCK} ...", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        started = _start_slurm()
-        if started.returncode != 0:
-            print(started.stdout + started.stderr, file=sys.stderr)
-            return 2
+    with SLURM_22.held(), tempfile.TemporaryDirectory(prefix="psij-suite-") as tmp:
         cancel_everything()
         redis = RedisServer(Path(tmp) / "redis").start()
         try:

@@ -5,14 +5,17 @@ callback carrying its final.
 
     sudo .venv/bin/python -m bench.slurm_churn                  # 3 levels, about 9 min
     sudo .venv/bin/python -m bench.slurm_churn --levels burst --no-write
+    sudo .venv/bin/python -m bench.slurm_churn --slurm 24.11    # Debian 13's Slurm
 
-Needs root and the single-host Slurm of deploy/slurm/start.sh (started if it is
-not running; its slurm.conf names deploy/slurm/jobtap-slurmctld-hook.sh as
-PrologSlurmctld and EpilogSlurmctld).  Each level takes the Slurm lock of the
-live tests on its own (about 2.5 min), so other sessions get their turn in
-between, and starts from an empty queue: ``--held`` held jobs (the queue a
-listing packs), then two phases of ``--duration`` seconds with the same
-workload:
+Needs root and a single-host Slurm of the test rig (tests/support/slurm.py):
+22.05 of deploy/slurm/start.sh by default, ``--slurm 24.11`` that of
+deploy/slurm/debian13/start.sh (started if it is not running; their slurm.conf
+names deploy/slurm/jobtap-slurmctld-hook.sh as PrologSlurmctld, EpilogSlurmctld
+and JobCompLoc).  The cluster's commands go first on PATH for the whole run.
+Each level takes the Slurm lock of the live tests on its own (about 2.5 min),
+so other sessions get their turn in between, and starts from an empty queue:
+``--held`` held jobs (the queue a listing packs), then two phases of
+``--duration`` seconds with the same workload:
 
 * ``quiet``: a job every 6 s; ``rate``: a job every second (each ``sleep 1``);
   ``burst``: ``--burst`` jobs submitted at once, as fast as sbatch goes, each
@@ -53,7 +56,7 @@ from pathlib import Path
 from bench.slurm_polling import DOC, ROOT, cancel_all, sbatch, sh, slurm_held, write_doc
 from tests.support.pipeline import chunks_not_applied
 from tests.support.procs import stop_process
-from tests.support.slurm import hook_settings, rpc_stats
+from tests.support.slurm import CLUSTERS, hook_settings, rpc_stats
 
 HEADING = "## Slurm follow mode across churn rates"
 SITE = "slurmchurn"
@@ -288,6 +291,11 @@ def breakdown(runs: dict[str, tuple[Phase, Phase]]) -> str:
     return "\n".join(lines)
 
 
+def heading(args: argparse.Namespace) -> str:
+    """The doc's section: one per Slurm release (22.05's keeps its old title)."""
+    return HEADING if args.slurm == "22.05" else f"{HEADING}: Slurm {args.slurm}"
+
+
 def section(args: argparse.Namespace, runs: dict[str, tuple[Phase, Phase]], argv) -> str:
     command = "sudo .venv/bin/python -m bench.slurm_churn" + (
         " " + shlex.join(argv) if argv else ""
@@ -295,11 +303,12 @@ def section(args: argparse.Namespace, runs: dict[str, tuple[Phase, Phase]], argv
     version = sh("sinfo", "--version").strip()
     uname = os.uname()
     parts = [
-        HEADING,
+        heading(args),
         "",
         f"slurmctld's own time on read RPCs (`sdiag --reset` after the collector's first"
         f" cycle, `sdiag` {args.duration:g} s later) on the single-host {version} of"
-        f" `deploy/slurm/start.sh` (four node names × 4 CPUs on {os.cpu_count()} cores,"
+        f" `{' '.join(CLUSTERS[args.slurm].start_command[1:])}` (four node names × 4 CPUs on"
+        f" {os.cpu_count()} cores,"
         f" {uname.sysname} {uname.release}), {args.held:,} held jobs in the queue, the same"
         f" workload in both columns (each job `sleep 1` then writes its end time; in the"
         f" burst, no sleep). The follow column is the collector's defaults with `--follow`"
@@ -333,13 +342,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not update the doc")
     parser.add_argument("--keep", type=Path, help="copy each level's service and hook logs here")
     parser.add_argument("--log-level", default="INFO", help="the collector's (DEBUG: each refresh)")
+    parser.add_argument("--slurm", choices=list(CLUSTERS), default="22.05",
+                        help="which Slurm of the test rig")  # fmt: skip
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
+    cluster = CLUSTERS[args.slurm]
+    os.environ.update(PATH=cluster.env()["PATH"])  # every command of the run, the collector's
     runs: dict[str, tuple[Phase, Phase]] = {}
     for level in args.levels:
         print(f"{level}: {describe(level, args)}", flush=True)
-        with slurm_held(), tempfile.TemporaryDirectory(prefix="jobtap-churn-") as tmp:
+        with slurm_held(args.slurm), tempfile.TemporaryDirectory(prefix="jobtap-churn-") as tmp:
             try:
                 fill_queue(args.held)
                 base = run_baseline(level, args, Path(tmp))
@@ -365,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text)
     if not args.no_write:
-        write_doc(text, DOC, HEADING)
+        write_doc(text, DOC, heading(args))
         print(f"written to {DOC.relative_to(ROOT)}")
     return 0
 

@@ -22,7 +22,6 @@ side by side into docs/performance.md, section "Slurm: polling versus jobtap
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import shlex
 import subprocess
@@ -31,16 +30,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-START = ROOT / "deploy" / "slurm" / "start.sh"
 DOC = ROOT / "docs" / "performance.md"
 HEADING = "## Slurm: polling versus jobtap (sdiag RPC counts)"
-LOCK = Path(os.environ.get("JOBTAP_SLURM_LOCK", "/tmp/jobtap-slurm.lock"))
 SITE = "slurmbench"
 
 
@@ -60,16 +56,12 @@ def sdiag_counts() -> Counter[str]:
     return Counter({name: count for name, (count, _) in rpc_stats(sh("sdiag")).items()})
 
 
-@contextmanager
-def slurm_held() -> Iterator[None]:
-    """The Slurm lock of the live tests, held, and Slurm started (start.sh)."""
-    with open(LOCK, "a") as lock:
-        print(f"waiting for the Slurm lock {LOCK} (held while tests use Slurm)...", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        proc = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise SystemExit(f"Slurm did not start:\n{proc.stdout}{proc.stderr}")
-        yield
+def slurm_held(release: str = "22.05") -> AbstractContextManager[None]:
+    """The Slurm's lock of the live tests, held, and the Slurm started
+    (22.05's deploy/slurm/start.sh unless told another release of the rig)."""
+    from tests.support.slurm import CLUSTERS
+
+    return CLUSTERS[release].held()
 
 
 def stop_services(worker: subprocess.Popen, log, r, server) -> None:

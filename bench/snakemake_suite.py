@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import platform
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from tests.psij.upstream import jobtap_on_slurm
 from tests.snakemake.upstream import prepare, run_suite
 from tests.support import cmdlog
 from tests.support.cmdlog import CommandLog
-from tests.support.slurm import LOCK, SITE, _start_slurm, cancel_everything
+from tests.support.slurm import SITE, SLURM_22, cancel_everything
 from tests.support.snakemake import run_workflow, write_workflow
 
 EXECUTORS = ("slurm", "jobtap-slurm")
@@ -44,12 +43,7 @@ EXECUTORS = ("slurm", "jobtap-slurm")
 
 @contextlib.contextmanager
 def slurm_turn() -> Iterator[None]:
-    with open(LOCK, "a") as lock:
-        print(f"waiting for the Slurm lock {LOCK} ...", flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        started = _start_slurm()
-        if started.returncode != 0:
-            raise SystemExit(started.stdout + started.stderr)
+    with SLURM_22.held():
         cancel_everything()
         try:
             yield

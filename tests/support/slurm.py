@@ -10,6 +10,7 @@ so a process has one cluster under test at a time."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import subprocess
@@ -85,6 +86,19 @@ class SlurmCluster:
 
     def stop(self) -> None:
         subprocess.run(self.stop_command, capture_output=True, timeout=120)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """For a bench: the cluster's lock held (waiting for the live tests or
+        another bench to give it back) and the cluster started."""
+        with open(self.lock, "a") as lock:
+            print(f"waiting for the Slurm lock {self.lock} ...", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            started = self.start()
+            if started.returncode != 0:
+                raise SystemExit(f"Slurm {self.release} did not start:\n"
+                                 f"{started.stdout}{started.stderr}")  # fmt: skip
+            yield
 
     def slurmctld_pid(self) -> int:
         return int(self.slurmctld_pid_file.read_text().strip())
