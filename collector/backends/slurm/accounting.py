@@ -13,10 +13,9 @@ import orjson
 from jobtap.schema import TERMINAL
 
 from ..base import Native
-from ..common import parse_int
 from .listing import load_document, records
 from .normalise import JOB_STATES
-from .values import expand_task_ids
+from .values import expand_task_ids, jobtap_id
 from .versions import PLAIN, Generation, generation_of
 
 __all__ = [
@@ -34,16 +33,9 @@ SACCT_NOTHING_FOUND = 9003  # slurmdb_jobs_get: "Nothing found with query"
 
 
 def _sacct_id(job: dict[str, Any], gen: Generation) -> str | None:
-    job_id = parse_int(job.get("job_id"))
-    if job_id is None or job_id < 0:
-        return None
-    array = job.get("array")
-    if isinstance(array, dict):
-        array_id = gen.number(array.get("job_id")) or 0
-        task = gen.number(array.get("task_id"))
-        if array_id and task is not None:
-            return f"{array_id}_{task}"
-    return str(job_id)
+    array = job.get("array") if isinstance(job.get("array"), dict) else {}
+    task = gen.number(array.get("task_id"))
+    return jobtap_id(job.get("job_id"), gen.number(array.get("job_id")), task)
 
 
 def parse_sacct(raw: bytes | str) -> dict[str, Native]:

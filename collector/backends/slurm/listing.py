@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import Native, StatError
-from ..common import load_object, parse_int
-from .values import expand_task_ids
+from ..common import load_object
+from .values import expand_task_ids, jobtap_id
 from .versions import Format, Generation, document_format
 
 __all__ = [
@@ -77,14 +77,8 @@ def records(doc: dict[str, Any], key: str, command: str) -> list[Any]:
 
 
 def _squeue_id(job: dict[str, Any], gen: Generation) -> str | None:
-    job_id = parse_int(job.get("job_id"))
-    if job_id is None or job_id < 0:
-        return None
-    array_id = gen.number(job.get("array_job_id")) or 0
-    task = gen.number(job.get("array_task_id"))
-    if array_id and task is not None:
-        return f"{array_id}_{task}"
-    return str(job_id)
+    array_id = gen.number(job.get("array_job_id"))
+    return jobtap_id(job.get("job_id"), array_id, gen.number(job.get("array_task_id")))
 
 
 def parse_squeue(raw: bytes | str) -> dict[str, Native]:

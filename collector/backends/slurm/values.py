@@ -25,6 +25,7 @@ __all__ = [
     "exit_status_from_wait",
     "expand_hostlist",
     "expand_task_ids",
+    "jobtap_id",
     "slurm_time",
     "text",
     "tres",
@@ -39,6 +40,18 @@ _NO_NODES = frozenset({"", "None assigned", "(null)"})
 
 # A text attribute; the empty string is None.
 text = partial(text_field, empty_is_none=True)
+
+
+def jobtap_id(job_id: Any, array_id: int | None, task: int | None) -> str | None:
+    """jobtap's id of a job Slurm numbers ``job_id``: ``ARRAY_TASK`` for an
+    array's task (``array_id`` set, ``task`` known), else the number; None
+    for a record without a usable number."""
+    number = parse_int(job_id)
+    if number is None or number < 0:
+        return None
+    if array_id and task is not None:
+        return f"{array_id}_{task}"
+    return str(number)
 
 
 def slurm_time(value: Any) -> str | None:
