@@ -47,7 +47,9 @@ __all__ = ["SlurmBackend", "format_of_release"]
 # Keys that change at every scheduler pass without meaning anything to a reader;
 # SlurmBackend drops them so that polling does not turn every pending job into
 # an update event each cycle (the node keys are the format's: Format.volatile_node_keys).
-VOLATILE_JOB_KEYS = ("last_sched_evaluation",)
+# ``show_flags`` (23.02 to 24.05) echoes the flags the request was made with,
+# not the job: a single read through slurmrestd and a listing differ there alone.
+VOLATILE_JOB_KEYS = ("last_sched_evaluation", "show_flags")
 # squeue's arguments for a listing of every job.  22.05's ``--json`` lists every
 # job whatever the filters say (the same output with or without these); later
 # releases apply squeue's default filter, no finished job, unless told
