@@ -136,3 +136,38 @@ def test_prolog_and_epilog_pokes_carry_no_record(redis_server, tmp_path):
            "JOBID": "41", "JOBSTATE": "COMPLETED", "PATH": os.environ["PATH"]}  # fmt: skip
     job_id, fields = hook_record(redis_server, tmp_path, env)
     assert job_id == "41" and b"record" not in fields and fields[b"ended"] == b"1"
+
+
+def hook_envs() -> list[tuple[str, Path]]:
+    """Of each release's captured PrologSlurmctld/EpilogSlurmctld environments
+    (24.11's are two files of its own: tests/fixtures/slurm/README.md), one
+    prolog and one epilog of a plain job and of an array's task."""
+    out = []
+    for folder in CAPTURED:
+        paths = sorted((BASE / folder / "hook-env").glob("*_slurmctld-*.txt"))
+        paths += sorted((BASE / folder).glob("hook-env-*.txt"))
+        kinds: dict[tuple[str, bool], Path] = {}
+        for path in paths:
+            text = path.read_text()
+            kind = (path.name.split("_")[0].split("-")[-1], "SLURM_ARRAY_TASK_ID=" in text)
+            kinds.setdefault(kind, path)
+        out += [(folder, path) for path in kinds.values()]
+    return out
+
+
+def test_every_release_has_hook_environments():
+    assert {folder for folder, _ in hook_envs()} == set(CAPTURED)
+
+
+@pytest.mark.parametrize(("folder", "path"), hook_envs(), ids=lambda v: getattr(v, "name", v))
+def test_the_hook_pokes_jobtaps_id_of_each_releases_job(folder, path, redis_server, tmp_path):
+    """The hook run with what slurmctld gave it on each release pokes the
+    job's jobtap id (ARRAY_TASK for an array's task, whose own SLURM_JOB_ID is
+    another number), the epilog's poke marked ended, neither with a record."""
+    env = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+    array, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    want = f"{array}_{task}" if array and task else env["SLURM_JOB_ID"]
+    job_id, fields = hook_record(redis_server, tmp_path, env)
+    assert job_id == want and b"record" not in fields
+    ended = env["SLURM_SCRIPT_CONTEXT"] == "epilog_slurmctld"
+    assert (fields.get(b"ended") == b"1") == ended, (env["SLURM_SCRIPT_CONTEXT"], fields)
