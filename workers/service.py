@@ -259,6 +259,17 @@ class JobtapWorker(SimpleWorker):
         self.discover = discover
         self.log.addFilter(rq_routine_at_debug)  # once: a filter is added only once
 
+    def _set_connection(self, connection: redis.Redis) -> redis.Redis:
+        """rq raises the connection's socket timeout above its longest wait for
+        a chunk, in the pool's settings: connections made before keep theirs
+        (redis-py 8's default, 5 s), and an idle worker's first wait on its
+        bells (up to 5 s) timed out on the one ``jobtap worker`` had opened,
+        a "could not connect" and a backoff every few seconds while idle.  The
+        pool is emptied so that every connection is made with the settings."""
+        connection = super()._set_connection(connection)
+        connection.connection_pool.reset()
+        return connection
+
     def subscribe(self) -> None:
         """No channel for rq's commands (``rq shutdown``; jobtap stops workers with
         SIGTERM): its thread retried a lost Redis on its own every 2 s, a second

@@ -209,3 +209,31 @@ def test_a_worker_without_redis_retries_in_one_loop(redis_server, tmp_path):
     finally:
         status = stop_worker(proc)
     assert status == 0, log.read_text()
+
+
+def test_an_idle_worker_waits_on_its_queues_without_timing_out(redis_server, caplog):
+    """Waiting for chunks, the worker blocks on its queues' bells up to 5 s at a
+    time; the connection `jobtap worker` opened first kept redis-py's default
+    socket timeout (5 s) where rq had raised the pool's, and every wait ended
+    in "could not connect to Redis instance: Timeout reading from socket" and a
+    backoff.  Two waits go by (Redis counts the BLPOPs), then a chunk comes."""
+    from jobtap.cli.options import connect
+
+    r = connect(redis_server.url)  # as `jobtap worker` opens it
+    probe = redis_server.client()
+
+    def blpops() -> int:
+        stats = probe.info("commandstats").get("cmdstat_blpop", {})
+        return int(stats.get("calls", 0))
+
+    def chunk_after_two_waits() -> None:
+        eventually(lambda: blpops() >= 2, timeout=30, interval=0.2, what="two waits on the bells")
+        ship(probe, 1, ["1.pbs"])
+
+    with caplog.at_level(logging.INFO, logger="rq.worker"):
+        helper = threading.Thread(target=chunk_after_two_waits)
+        helper.start()
+        assert run_worker(r, r, SITE, max_jobs=1, maintenance=30)  # rq: main thread
+        helper.join(30)
+    assert probe.xlen(K.events) == 1
+    assert not [m for m in caplog.messages if "could not connect" in m], caplog.messages
