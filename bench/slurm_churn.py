@@ -307,7 +307,8 @@ def section(args: argparse.Namespace, runs: dict[str, tuple[Phase, Phase]], argv
         "",
         f"slurmctld's own time on read RPCs (`sdiag --reset` after the collector's first"
         f" cycle, `sdiag` {args.duration:g} s later) on the single-host {version} of"
-        f" `{' '.join(CLUSTERS[args.slurm].start_command[1:])}` (four node names × 4 CPUs on"
+        f" `{Path(CLUSTERS[args.slurm].start_command[1]).relative_to(ROOT)}` (four node names"
+        f" × 4 CPUs on"
         f" {os.cpu_count()} cores,"
         f" {uname.sysname} {uname.release}), {args.held:,} held jobs in the queue, the same"
         f" workload in both columns (each job `sleep 1` then writes its end time; in the"

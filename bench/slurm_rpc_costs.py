@@ -58,7 +58,7 @@ def main() -> int:
     os.environ.update(PATH=CLUSTERS[args.slurm].env()["PATH"])
     with slurm_held(args.slurm):
         try:
-            held = fill_queue(args.jobs, minutes=30)
+            held = fill_queue(args.jobs, minutes=30, nodes=CLUSTERS[args.slurm].nodes)
             print(f"\n{args.jobs:,} held jobs, {sh('sinfo', '--version').strip()};"
                   f" per run, {args.runs} runs each\n")  # fmt: skip
             print("| command | wall ms | bytes printed | slurmctld ms | slurmctld ms by RPC |")

@@ -52,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -318,13 +319,15 @@ def section(args: argparse.Namespace, jobs: int, phases: dict[str, Phase], argv)
     return "\n".join(parts)
 
 
-def fill_queue(jobs: int, minutes: int) -> list[str]:
+def fill_queue(
+    jobs: int, minutes: int, nodes: Sequence[str] = ("n1", "n2", "n3", "n4")
+) -> list[str]:
     """Cancel everything, then ``jobs`` held jobs and a long job on each node."""
     cancel_all()
     t0 = time.monotonic()
     held = [sbatch("-H", "-t", "5", "--wrap", "true", "-J", "held") for _ in range(jobs)]
-    for i in range(1, 5):
-        sbatch("-w", f"n{i}", "-t", str(minutes), "--wrap", "sleep 100000", "-J", "long")
+    for node in nodes:
+        sbatch("-w", node, "-t", str(minutes), "--wrap", "sleep 100000", "-J", "long")
     print(f"{jobs} held jobs submitted in {time.monotonic() - t0:.0f}s", flush=True)
     return held
 
