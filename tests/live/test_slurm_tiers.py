@@ -87,9 +87,10 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     else:
         assert rpcs[FULL][0] == 1 and rpcs[SINGLE][0] == 2, rpcs
     assert h.events(held[1])[-1]["record"]["requested"]["walltime"] == "00:07:00"
-    again = h.run_cycle(with_nodes=False, tier=RECONCILE)
+    assert h.run_cycle(with_nodes=False, tier=RECONCILE).tier == RECONCILE
     drain(r, SITE)
-    assert again.counts["changed"] <= 1, again.counts  # held[0], released, may have started
+    # What the probe cycle shipped, the reconciliation does not ship again (other
+    # changes it may see: the earlier tests' jobs finishing, held[0] starting).
     for job_id in (*held[2:], running, f"{array}_1", f"{array}_2", f"{array}_3"):
         assert [e["type"] for e in h.events(job_id)] == ["new"], job_id
     assert [e["type"] for e in h.events(held[1])] == ["new", "update"]
