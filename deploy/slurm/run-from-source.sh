@@ -205,6 +205,18 @@ for cmd in squeue sinfo sacct sacctmgr scontrol sbatch scancel sdiag srun salloc
         "$cmd" "$VERSION" "$SLURM_CONF" "$real" >"$STATE/bin/$cmd"
     chmod 755 "$STATE/bin/$cmd"
 done
+# From 25.05, slurmrestd refuses to run as root, and refuses the setting that let
+# it (SLURMRESTD_SECURITY=disable_user_check, which jobtap passes as root): its
+# wrapper runs it as `daemon`, as a site runs the collector as a user of its own,
+# reading from a pipe that user owns (rest_auth/local trusts the pipe's owner).
+if [ "$YY" -gt 25 ] || { [ "$YY" -eq 25 ] && [ "$MM" -ge 5 ]; }; then
+    cat >"$STATE/bin/slurmrestd" <<EOF
+#!/bin/sh
+# slurmrestd of the Slurm $VERSION cluster of deploy/slurm/run-from-source.sh, as daemon
+exec env -u SLURMRESTD_SECURITY SLURM_CONF=$SLURM_CONF runuser -u daemon -- \\
+    sh -c 'cat | exec "\$0" "\$@"' $PREFIX/sbin/slurmrestd "\$@"
+EOF
+fi
 
 {
     echo "$MARK; edits are overwritten."
