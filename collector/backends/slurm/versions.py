@@ -39,6 +39,7 @@ from typing import Any
 
 from ..base import StatError
 from ..common import parse_int
+from .values import exit_status_from_wait
 
 __all__ = [
     "FORMATS",
@@ -116,8 +117,6 @@ class Generation:
 
     def squeue_exit(self, value: Any) -> int | None:
         """squeue's ``exit_code`` as jobtap's exit status (256 + N for signal N)."""
-        from .values import exit_status_from_wait
-
         return exit_status_from_wait(self.number(value))
 
     def sacct_exit(self, value: Any) -> int | None:
@@ -298,8 +297,7 @@ def document_format(doc: dict[str, Any], command: str) -> Format:
         known = f"{min(FORMATS)} to {max(FORMATS)}"
         raise UnknownFormat(
             f"{command} wrote its JSON with data_parser {named}, which this jobtap does not"
-            f" know (it reads {known}): upgrade jobtap, or pass --json=data_parser/{max(FORMATS)}"
-            " where the release still writes it"
+            f" know (it reads {known}): a newer jobtap reads it"
         )
     return FORMATS[named]
 
