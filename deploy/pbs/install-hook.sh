@@ -156,10 +156,19 @@ usable_python() {  # the base Python: 3.11+, runnable by $CHECK_USER
                "with a system Python (e.g. /usr/bin/python3)"
 }
 runs_for_everyone() { as_unprivileged "$PREFIX/bin/jobtap" --version; }
+# pip could not install $SOURCE (its error is above): most often this host cannot
+# reach the package index (a PBS server without Internet access).
+pip_failed() {
+    die "pip could not install $SOURCE into $1 (pip's error above). A host that cannot" \
+        "reach the package index: make a wheelhouse where pip can, with this host's" \
+        "Python, and run this with PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR --source DIR/jobtap-*.whl" \
+        "(deploy/pbs/README.md, \"Without the package index\")"
+}
 make_venv() {  # [--clear]
     usable_python
     change "$BASE_PYTHON" -m venv "$@" "$PREFIX"
-    change "$PREFIX/bin/pip" install --quiet --disable-pip-version-check "$SOURCE"
+    change "$PREFIX/bin/pip" install --quiet --disable-pip-version-check "$SOURCE" \
+        || pip_failed "$PREFIX"
 }
 RUNS=""
 if [ ! -x "$PREFIX/bin/jobtap" ]; then
@@ -186,9 +195,9 @@ if [ ! -x "$JOBTAP" ]; then   # only in a dry run on a fresh prefix
     TEMP_VENV=$(mktemp -d)
     trap 'rm -rf "$TEMP_VENV"' EXIT
     say "(dry run: installing jobtap into a temporary $TEMP_VENV for the queries below)"
-    "$BASE_PYTHON" -m venv "$TEMP_VENV" \
-        && "$TEMP_VENV/bin/pip" install --quiet --disable-pip-version-check "$SOURCE" \
-        || die "cannot install $SOURCE into a temporary environment"
+    "$BASE_PYTHON" -m venv "$TEMP_VENV" || die "$BASE_PYTHON cannot make a virtual environment"
+    "$TEMP_VENV/bin/pip" install --quiet --disable-pip-version-check "$SOURCE" \
+        || pip_failed "a temporary environment"
     RUN_JOBTAP="$TEMP_VENV/bin/jobtap"
 fi
 # jobtap's own Python (bin/jobtap may be a link into a virtual environment)

@@ -294,6 +294,33 @@ def test_a_python_other_users_cannot_run_is_refused(installed, redis_server, tmp
     assert "--python" in res.stderr and not prefix.exists()
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["install", "dry-run"])
+def test_a_host_without_the_package_index_is_told_the_way_round(installed, redis_server,
+                                                                tmp_path, dry_run):  # fmt: skip
+    """A PBS server that cannot reach the package index (the OpenPBS lab's, in a
+    network namespace of its own): after pip's error, the script says how to install
+    from a wheelhouse instead (deploy/pbs/README.md, "Without the package index")."""
+    prefix = installed.top / f"opt-jobtap-no-index-{int(dry_run)}"
+    empty = tmp_path / "wheelhouse"
+    empty.mkdir()
+    res = subprocess.run(
+        [str(SCRIPT), "--site", SITE, "--redis", redis_server.url, "--admin-redis",
+         redis_server.url, "--prefix", str(prefix), "--source", str(installed.source),
+         "--config-dir", str(tmp_path / "etc"), "--qmgr", str(FAKE_BIN / "qmgr"),
+         "--service-user", "nobody", *(["--dry-run"] if dry_run else [])],
+        capture_output=True, text=True, timeout=300,
+        env=script_env(tmp_path / "qmgr.json", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(empty)),
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    where = "a temporary environment" if dry_run else str(prefix)
+    assert f"pip could not install {installed.source} into {where} (pip's error above)" in (
+        res.stderr)  # fmt: skip
+    assert "PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR --source DIR/jobtap-*.whl" in res.stderr
+    assert '(deploy/pbs/README.md, "Without the package index")' in res.stderr
+    assert not (prefix / "bin" / "jobtap").exists() and not (tmp_path / "etc").exists()
+    assert not (tmp_path / "qmgr.json").exists()  # no hook was touched
+
+
 # -- 2. a re-run with another site converges ---------------------------------------------------
 def test_a_rerun_with_another_site_gives_poker_the_new_stream(admin, r, tmp_path):
     admin.install()
