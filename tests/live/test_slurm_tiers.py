@@ -90,8 +90,10 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     assert h.run_cycle(with_nodes=False, tier=RECONCILE).tier == RECONCILE
     drain(r, SITE)
     # What the probe cycle shipped, the reconciliation does not ship again (other
-    # changes it may see: the earlier tests' jobs finishing, held[0] starting).
-    for job_id in (*held[2:], running, f"{array}_1", f"{array}_2", f"{array}_3"):
+    # changes it may see: the earlier tests' jobs finishing, held[0] starting, and
+    # the array's pending tasks, whose reason a scheduling pass may revise: 23.02
+    # did once between the two cycles).
+    for job_id in (*held[2:], running, f"{array}_1"):
         assert [e["type"] for e in h.events(job_id)] == ["new"], job_id
     assert [e["type"] for e in h.events(held[1])] == ["new", "update"]
 
