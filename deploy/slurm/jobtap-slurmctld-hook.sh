@@ -84,7 +84,7 @@ if [ -z "${SLURM_SCRIPT_CONTEXT:-}" ] && [ -n "${JOBID:-}" ] && [ -n "${JOBSTATE
     record="{" sep=
     for key in JOBID ARRAYJOBID ARRAYTASKID HETJOBID HETJOBOFFSET JOBSTATE EXITCODE \
         DERIVED_EC SUBMIT START END NODES NODECNT PROCS PARTITION USERNAME \
-        GROUPNAME ACCOUNT JOBNAME LIMIT STATEREASONPREV; do # (not UID: bash sets its own)
+        GROUPNAME ACCOUNT JOBNAME LIMIT STATEREASONPREV WORK_DIR; do # (not UID: bash sets its own)
         [ -n "${!key+x}" ] || continue
         value=${!key}
         value=${value//\\/\\\\}

@@ -52,8 +52,15 @@ def jobs_span(r, workdir: Path) -> float:
 
 
 def _workdir(record: dict) -> str | None:
+    """Where the job ran, from its native record: squeue's, sacct's, or the
+    completion record the slurmctld hook sent as JobCompLoc (``WORK_DIR``)."""
     native = record.get("native") or {}
-    return native.get("current_working_directory") or native.get("working_directory")
+    completion = native.get("jobcomp") or {}
+    return (
+        native.get("current_working_directory")
+        or native.get("working_directory")
+        or completion.get("WORK_DIR")
+    )
 
 
 def test_a_workflow_runs_in_seconds_and_asks_slurm_nothing(clean, r, redis_server, tmp_path):
