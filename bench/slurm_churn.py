@@ -56,7 +56,7 @@ from pathlib import Path
 from bench.slurm_polling import DOC, ROOT, cancel_all, sbatch, sh, slurm_held, write_doc
 from tests.support.pipeline import chunks_not_applied
 from tests.support.procs import stop_process
-from tests.support.slurm import CLUSTERS, hook_settings, rpc_stats
+from tests.support.slurm import CLUSTERS, hook_settings, rpc_stats, use
 
 HEADING = "## Slurm follow mode across churn rates"
 SITE = "slurmchurn"
@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
     cluster = CLUSTERS[args.slurm]
     os.environ.update(PATH=cluster.env()["PATH"])  # every command of the run, the collector's
+    use(cluster)  # its hook's settings file
     runs: dict[str, tuple[Phase, Phase]] = {}
     for level in args.levels:
         print(f"{level}: {describe(level, args)}", flush=True)

@@ -29,7 +29,7 @@
 # directory they write their environment (`env | sort`) to
 # DIR/hook-env/<SLURM_SCRIPT_CONTEXT>-<jobid>.txt and DIR/jobcomp-env/<jobid>.txt
 # (capture.sh writes and removes capture-dir itself); then they run jobtap's own
-# hook, a no-op without /etc/jobtap/slurm-hook.env.
+# hook, a no-op without /etc/jobtap/slurm-VERSION-hook.env (each cluster's own).
 #
 # Clients: $STATE/bin holds wrappers of the commands with this cluster's
 # SLURM_CONF; first on PATH, they drive it (the live tests run on such a
@@ -192,7 +192,8 @@ exec /bin/bash "$(dirname "$0")/jobtap-slurmctld-hook.sh"
 EOF
 # jobtap's hook, as deploy/slurm/start.sh installs it (its default command this
 # checkout's .venv/bin/jobtap): follow mode on this release in the live tests.
-sed "s|^DEFAULT_BIN=.*|DEFAULT_BIN=$CHECKOUT/.venv/bin/jobtap|" \
+sed -e "s|^DEFAULT_BIN=.*|DEFAULT_BIN=$CHECKOUT/.venv/bin/jobtap|" \
+    -e "s|^ENV_FILE=.*|ENV_FILE=\${JOBTAP_HOOK_ENV:-/etc/jobtap/slurm-$VERSION-hook.env}|" \
     "$CHECKOUT/deploy/slurm/jobtap-slurmctld-hook.sh" >"$HOOKS/jobtap-slurmctld-hook.sh"
 chmod 755 "$HOOKS/capture-hook.sh" "$HOOKS/capture-jobcomp.sh" "$HOOKS/jobtap-slurmctld-hook.sh"
 

@@ -42,7 +42,6 @@ RANK.update(dict.fromkeys(TERMINAL, 3))
 # three are the same fact; a test that expects one of them flakes.
 KILLED_BY_SIGTERM = frozenset({15, 143, 271})
 LOCK_WAIT = 420  # seconds to wait for another session's turn
-HOOK_ENV = Path("/etc/jobtap/slurm-hook.env")  # where the installed slurmctld hook looks
 JOBTAP = Path(sys.executable).with_name("jobtap")
 # The Slurm commands jobtap runs, by SlurmBackend's option names.
 _BACKEND_COMMANDS = ("squeue", "sinfo", "sacct", "scontrol", "slurmrestd", "sdiag")
@@ -61,6 +60,9 @@ class SlurmCluster:
     nodes: tuple[str, ...]
     slurmctld_pid_file: Path
     lock: Path  # sessions on one machine take turns
+    # The settings file its installed slurmctld hook reads (each cluster its own:
+    # tests of two clusters side by side must not poke each other's Redis).
+    hook_env: Path = Path("/etc/jobtap/slurm-hook.env")
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """An environment whose PATH finds this cluster's commands first."""
@@ -124,6 +126,7 @@ SLURM_24 = SlurmCluster(
     nodes=("m1", "m2", "m3", "m4"),
     slurmctld_pid_file=_SLURM24_DIR / "root" / "var/lib/jobtap-slurm24/run/slurmctld.pid",
     lock=Path("/tmp/jobtap-slurm24.lock"),
+    hook_env=Path("/etc/jobtap/slurm24-hook.env"),
 )
 
 
@@ -141,6 +144,7 @@ def from_source(release: str) -> SlurmCluster:
         nodes=("n1", "n2", "n3", "n4"),
         slurmctld_pid_file=state / "run" / "slurmctld.pid",
         lock=Path(f"/tmp/jobtap-slurm-{release}.lock"),
+        hook_env=Path(f"/etc/jobtap/slurm-{release}-hook.env"),
     )
 
 
@@ -262,26 +266,28 @@ def write_hook_env(path: Path, url: str, site: str, log: Path) -> None:
 
 @contextlib.contextmanager
 def hook_settings(url: str | None, site: str, log: Path) -> Iterator[Path]:
-    """Point the installed hook (``HOOK_ENV``) at ``url`` for the block (None:
-    no settings file, the hook does nothing); whatever was there before, a
-    real set-up's file included, is put back.  Yields the hook's log file."""
-    saved = HOOK_ENV.read_bytes() if HOOK_ENV.exists() else None
-    made_dir = not HOOK_ENV.parent.exists()
+    """Point the cluster under test's installed hook (its ``hook_env``) at
+    ``url`` for the block (None: no settings file, the hook does nothing);
+    whatever was there before, a real set-up's file included, is put back.
+    Yields the hook's log file."""
+    path = cluster().hook_env
+    saved = path.read_bytes() if path.exists() else None
+    made_dir = not path.parent.exists()
     if url is None:
-        HOOK_ENV.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
     else:
-        write_hook_env(HOOK_ENV, url, site, log)
+        write_hook_env(path, url, site, log)
     try:
         yield log
     finally:
         if saved is None:
-            HOOK_ENV.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
             if made_dir:
                 with contextlib.suppress(OSError):
-                    HOOK_ENV.parent.rmdir()
+                    path.parent.rmdir()
         else:
-            HOOK_ENV.write_bytes(saved)
-            HOOK_ENV.chmod(0o600)
+            path.write_bytes(saved)
+            path.chmod(0o600)
 
 
 # The collector ---------------------------------------------------------------------

@@ -25,7 +25,7 @@
 # and a policy-rc.d that lets nothing start.  Every run bind-mounts /proc, /sys,
 # /dev, /dev/pts, /dev/shm and /tmp into the root, and the host's /etc read-only
 # at /run/jobtap-host-etc, with the root's /etc/jobtap a symlink to
-# /run/jobtap-host-etc/jobtap: the host's /etc/jobtap/slurm-hook.env (which the
+# /run/jobtap-host-etc/jobtap: the host's /etc/jobtap/slurm24-hook.env (which the
 # tests write, and may remove with its directory) is what the hook reads.  Daemons
 # are started detached (setsid, descriptors closed, streams to log files), each
 # only if it does not run; when everything runs already, it returns at once.
@@ -215,7 +215,7 @@ AccountingStoragePort=$DBD_PORT
 # completion record (jobcomp/script), a final that needs no read.
 JobCompType=jobcomp/script
 JobCompLoc=$HOOK_IN
-# jobtap follow mode (a no-op without /etc/jobtap/slurm-hook.env, the host's).
+# jobtap follow mode (a no-op without /etc/jobtap/slurm24-hook.env, the host's).
 PrologSlurmctld=$HOOK_IN
 EpilogSlurmctld=$HOOK_IN
 EOF
@@ -266,9 +266,13 @@ install_conf() {
     mv -f "$new" "$path"
 }
 
-# The hook, with no Python fallback in the root (see the header).
+# The hook, with no Python fallback in the root (see the header), and settings of
+# its own: 22.05's hook reads /etc/jobtap/slurm-hook.env, and tests of the two
+# clusters running side by side must not poke each other's Redis.
+HOOK_ENV_FILE=/etc/jobtap/slurm24-hook.env
 hook_text() {
-    sed "s|^DEFAULT_BIN=.*|DEFAULT_BIN=/usr/local/bin/jobtap # absent in the Debian 13 root: no Python fallback (deploy/slurm/debian13/start.sh)|" \
+    sed -e "s|^DEFAULT_BIN=.*|DEFAULT_BIN=/usr/local/bin/jobtap # absent in the Debian 13 root: no Python fallback (deploy/slurm/debian13/start.sh)|" \
+        -e "s|^ENV_FILE=.*|ENV_FILE=\${JOBTAP_HOOK_ENV:-$HOOK_ENV_FILE}|" \
         "$REPO/deploy/slurm/jobtap-slurmctld-hook.sh"
 }
 
