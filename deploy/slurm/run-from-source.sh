@@ -83,7 +83,9 @@ die() {
     echo "slurm-$VERSION: ERROR: $*" >&2
     exit 1
 }
-tail_log() { [ -f "$1" ] && tail -n "${2:-15}" "$1" | sed 's/^/    | /' >&2 || true; }
+# tail_log, close_fds, host_mariadb, accounting_db
+# shellcheck source=deploy/slurm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 export SLURM_CONF=$CONF_DIR/slurm.conf
 export PATH=$PREFIX/bin:$PREFIX/sbin:$PATH
@@ -107,13 +109,6 @@ wait_for() { # wait_for SECONDS COMMAND...
     until "$@" >/dev/null 2>&1; do
         [ "$(date +%s)" -lt "$deadline" ] || return 1
         sleep 0.3
-    done
-}
-close_fds() {
-    local fd
-    for fd in /proc/$BASHPID/fd/*; do
-        fd=${fd##*/}
-        case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
     done
 }
 spawn() { # spawn LOGFILE COMMAND...
@@ -315,41 +310,9 @@ if ! munge_works; then
     wait_for 10 munge_works || die "munged started but munge -n | unmunge fails"
 fi
 
-# MariaDB: the host's on 127.0.0.1:3306, started like start.sh does when absent.
-MYSQL_ADMIN=
-mysql_admin() {
-    if mysql -uroot -e 'SELECT 1' >/dev/null 2>&1; then
-        MYSQL_ADMIN="mysql -uroot"
-    elif mysql -uroot -h127.0.0.1 -P3306 -e 'SELECT 1' >/dev/null 2>&1; then
-        MYSQL_ADMIN="mysql -uroot -h127.0.0.1 -P3306"
-    else
-        return 1
-    fi
-}
-if ! mysql_admin; then
-    datadir=/var/lib/mysql
-    if [ ! -d "$datadir/mysql" ]; then
-        mkdir -p "$datadir"
-        chown mysql:mysql "$datadir"
-        mariadb-install-db --user=mysql --datadir="$datadir" --skip-test-db >>"$LOG/mariadb-install.log" 2>&1 ||
-            die "mariadb-install-db failed"
-    fi
-    mkdir -p /run/mysqld
-    chown mysql:mysql /run/mysqld
-    say "starting mariadbd"
-    spawn "$LOG/mariadbd.log" /usr/sbin/mariadbd --user=mysql --datadir="$datadir" \
-        --socket=/run/mysqld/mysqld.sock --pid-file="$RUN/mariadbd.pid" \
-        --bind-address=127.0.0.1 --port=3306
-    wait_for "$TIMEOUT" mysql_admin || die "mariadbd did not accept connections within ${TIMEOUT}s"
-    mysql_admin
-fi
-$MYSQL_ADMIN <<EOF || die "could not create the accounting database $DB_NAME"
-CREATE DATABASE IF NOT EXISTS $DB_NAME;
-CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
-CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
-GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
-GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
-EOF
+# MariaDB: the host's on 127.0.0.1:3306, started as start.sh does when absent.
+host_mariadb "$LOG" "$RUN"
+accounting_db "$DB_NAME" "$DB_USER" "$DB_PASS"
 
 # slurmdbd, then the cluster, an account and root in it.
 dbd_answers() { timeout 10 sacctmgr -n -P list cluster format=cluster; }

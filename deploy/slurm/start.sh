@@ -46,7 +46,9 @@ die() {
     echo "jobtap-slurm: ERROR: $*" >&2
     exit 1
 }
-tail_log() { [ -f "$1" ] && tail -n "${2:-15}" "$1" | sed 's/^/    | /' >&2 || true; }
+# tail_log, close_fds, host_mariadb, accounting_db
+# shellcheck source=deploy/slurm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # A daemon runs if its pid file names a live process with the expected name.
 alive() { # alive PIDFILE NAME
@@ -64,16 +66,6 @@ wait_for() {
     until "$@" >/dev/null 2>&1; do
         [ "$(date +%s)" -lt "$deadline" ] || return 1
         sleep 0.3
-    done
-}
-
-# Close every descriptor above 2 (a daemon must not keep a caller's pipe, or a
-# lock file that `flock FILE start.sh` holds, open for the rest of its life).
-close_fds() {
-    local fd
-    for fd in /proc/$BASHPID/fd/*; do
-        fd=${fd##*/}
-        case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
     done
 }
 
@@ -333,47 +325,8 @@ fi
 
 # 4. MariaDB -----------------------------------------------------------------------
 MYSQL_ADMIN=
-mysql_admin() {
-    # root through the socket (Debian: unix_socket authentication), else TCP without password
-    if mysql -uroot -e 'SELECT 1' >/dev/null 2>&1; then
-        MYSQL_ADMIN="mysql -uroot"
-    elif mysql -uroot -h127.0.0.1 -P3306 -e 'SELECT 1' >/dev/null 2>&1; then
-        MYSQL_ADMIN="mysql -uroot -h127.0.0.1 -P3306"
-    else
-        return 1
-    fi
-}
-if ! mysql_admin; then
-    datadir=/var/lib/mysql
-    if [ ! -d "$datadir/mysql" ]; then
-        say "initialising the MariaDB data directory $datadir"
-        mkdir -p "$datadir"
-        chown mysql:mysql "$datadir"
-        mariadb-install-db --user=mysql --datadir="$datadir" --skip-test-db \
-            >>"$LOG/mariadb-install.log" 2>&1 || {
-            tail_log "$LOG/mariadb-install.log"
-            die "mariadb-install-db failed"
-        }
-    fi
-    mkdir -p /run/mysqld
-    chown mysql:mysql /run/mysqld
-    say "starting mariadbd"
-    spawn "$LOG/mariadbd.log" /usr/sbin/mariadbd --user=mysql --datadir="$datadir" \
-        --socket=/run/mysqld/mysqld.sock --pid-file="$RUN/mariadbd.pid" \
-        --bind-address=127.0.0.1 --port=3306
-    touch "$RUN/started-mariadbd"
-    wait_for "$TIMEOUT" mariadb mysql_admin || {
-        tail_log "$LOG/mariadbd.log"
-        die "mariadbd did not accept connections within ${TIMEOUT}s"
-    }
-fi
-$MYSQL_ADMIN <<EOF || die "could not create the accounting database (as $MYSQL_ADMIN)"
-CREATE DATABASE IF NOT EXISTS $DB_NAME;
-CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
-CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
-GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
-GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
-EOF
+host_mariadb "$LOG" "$RUN"
+accounting_db "$DB_NAME" "$DB_USER" "$DB_PASS"
 
 # 5. slurmdbd ----------------------------------------------------------------------
 dbd_answers() { timeout 10 sacctmgr -n -P list cluster format=cluster; }
