@@ -28,8 +28,9 @@ mysql_admin() {
 
 # host_mariadb LOGDIR PIDDIR: the host's MariaDB on 127.0.0.1:3306 answers root,
 # MYSQL_ADMIN set.  If nothing answers, it is started by hand (its data
-# directory initialised if need be), detached, its log in LOGDIR, and
-# PIDDIR/started-mariadbd tells the stop script that it stops it.
+# directory initialised if need be), detached, its log in LOGDIR, its pid in
+# PIDDIR/mariadbd.pid, and PIDDIR/started-mariadbd tells the stop script that it
+# stops it.
 host_mariadb() {
     local logdir=$1 piddir=$2 datadir=/var/lib/mysql deadline
     mysql_admin && return 0
@@ -49,7 +50,7 @@ host_mariadb() {
     (
         close_fds
         exec setsid /usr/sbin/mariadbd --user=mysql --datadir="$datadir" \
-            --socket=/run/mysqld/mysqld.sock --pid-file="$piddir/mariadbd.pid" \
+            --socket=/run/mysqld/mysqld.sock --pid-file=/run/mysqld/jobtap-mariadbd.pid \
             --bind-address=127.0.0.1 --port=3306 </dev/null >>"$logdir/mariadbd.log" 2>&1
     ) &
     touch "$piddir/started-mariadbd"
@@ -61,6 +62,9 @@ host_mariadb() {
         }
         sleep 0.3
     done
+    # mariadbd runs as mysql, which may not write PIDDIR: its pid file is in
+    # /run/mysqld, copied where the stop script looks.
+    cp /run/mysqld/jobtap-mariadbd.pid "$piddir/mariadbd.pid"
 }
 
 # accounting_db NAME USER PASSWORD: slurmdbd's database and its user, on
