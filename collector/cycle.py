@@ -465,9 +465,9 @@ class Collector:
         given = given or {}
         ids = self._poked_ids(job_ids)
         report = self._new_report()
-        late = [j for j in ids if j in given and (x := seen.get(j)) and x.state in TERMINAL]
+        late = {j for j in ids if j in given and (x := seen.get(j)) and x.state in TERMINAL}
         if late:  # their final went out (a read found the end first): nothing to add
-            ids = [j for j in ids if j not in set(late)]
+            ids = [j for j in ids if j not in late]
             report.add("poked_record_after_final", len(late))
         if not ids:
             return report

@@ -34,6 +34,8 @@ from typing import Any
 import orjson
 
 from ..base import Native
+from ..common import parse_int
+from .values import jobtap_id
 
 __all__ = ["COMPLETION_KEY", "LISTED_KEYS", "completion_record"]
 
@@ -44,13 +46,6 @@ _TRUSTED = {"COMPLETED": True, "FAILED": False}  # state -> exit code 0:0 expect
 _EXIT = re.compile(r"^(\d{1,3}):(\d{1,3})$")
 _NUMBER = re.compile(r"^\d{1,12}$")
 _REQUIRED = ("JOBID", "JOBSTATE", "EXITCODE", "START", "END", "USERNAME", "PARTITION")
-
-
-def _jobtap_id(facts: dict[str, str]) -> str:
-    array, task = facts.get("ARRAYJOBID", "0"), facts.get("ARRAYTASKID", "")
-    if array not in ("", "0") and re.fullmatch(r"\d{1,9}", task):
-        return f"{array}_{task}"
-    return facts["JOBID"]
 
 
 def completion_record(job_id: str, raw: bytes | str, listed: Any) -> Native | None:
@@ -65,7 +60,11 @@ def completion_record(job_id: str, raw: bytes | str, listed: Any) -> Native | No
         return None
     if not isinstance(facts, dict) or not all(isinstance(v, str) for v in facts.values()):
         return None
-    if any(not facts.get(key) for key in _REQUIRED) or _jobtap_id(facts) != job_id:
+    array, task = parse_int(facts.get("ARRAYJOBID")), parse_int(facts.get("ARRAYTASKID"))
+    if (
+        any(not facts.get(key) for key in _REQUIRED)
+        or jobtap_id(facts["JOBID"], array, task) != job_id
+    ):
         return None
     if not all(_NUMBER.match(facts[key]) for key in ("JOBID", "START", "END")):
         return None
