@@ -131,7 +131,7 @@ OPERATOR_COMMANDS = (
 OPERATOR_GROUP_KEYS = ("jobtap:*:events",)
 OPERATOR_GROUP_COMMANDS = (*GROUP_COMMANDS, "xgroup|createconsumer", "xclaim")
 
-# ``jobtap poke`` (collector/follow.py): XADD to the poke stream of a site.
+# ``jobtap poke`` (collector/follow/pokes.py): XADD to the poke stream of a site.
 POKER_COMMANDS = ("ping", "select", "xadd", *CLUSTER_COMMANDS)
 
 

@@ -28,6 +28,7 @@ import time
 import orjson
 
 from jobtap.cli.localredis import RedisServer
+from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.backends.pbs import normalise_job, parse_qstat_jobs
 from jobtap.collector.cycle import Collector, CycleReport
 from jobtap.collector.metrics import CollectorMetrics
@@ -44,6 +45,9 @@ class ReplayBackend:
     def __init__(self, sim: Simulation):
         self.sim = sim
         self.raw = b""
+
+    def poked_reads(self):
+        return PokedReads()
 
     def stat_jobs(self):
         return parse_qstat_jobs(self.raw)

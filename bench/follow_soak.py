@@ -20,8 +20,9 @@ import threading
 import time
 
 from jobtap.cli.localredis import RedisServer
+from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow import poke
+from jobtap.collector.follow.pokes import poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
@@ -39,6 +40,9 @@ class SharedSim:
         self.cost = backend.cost
         self.lock = threading.Lock()
         self.stat_times: list[float] = []
+
+    def poked_reads(self):
+        return PokedReads()
 
     def stat_jobs(self):
         with self.lock:

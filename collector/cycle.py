@@ -19,7 +19,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,35 +43,20 @@ from .backends.base import (
     Probe,
     ProbeUnavailable,
     Record,
-    RecordsAtHand,
     StatError,
     check_object_id,
 )
 from .fingerprint import fingerprint, fingerprint_all
+from .follow.reads import PokedJobReads
 from .lease import Lease, LeaseLost
 from .nodewatch import ON_NODES, NodeWatch
-from .plan import (
-    LISTING,
-    PROBE,
-    PUSHED,
-    RECONCILE,
-    SINGLES,
-    TIERS,
-    MeasuresReads,
-    ObservationPlan,
-    Targets,
-)
+from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, Targets
 from .ship import Batches, Shipper
 from .tracker import Seen, Tracker
 
 log = logging.getLogger("jobtap.collector")
 
 MAX_BAD_REPORTED = 20
-# The scheduler's read costs are sampled at each reconciliation, and between
-# them at most every COSTS_EVERY intervals, once SAMPLE_AFTER jobs were read
-# one by one (or a listing made) since: often in a burst, never when quiet.
-COSTS_EVERY = 30  # sdiag costs slurmctld up to 5 ms when busy: about a listing
-SAMPLE_AFTER = 5
 HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
 # A finished job forgotten (gone from the live list) is looked up again after a
 # Redis loss for this long: its final may have been in a chunk the loss took.
@@ -338,12 +323,6 @@ class Collector:
         # Jobs whose final came from a poke's record, oldest first (see
         # _not_after_poked_final); forgotten with the job.
         self.poked_finals: dict[str, None] = {}
-        # What reads cost: from the scheduler's figures (MeasuresReads), sampled
-        # at most once an interval, else from wall time (plan.ReadBudget).
-        self._costs_at: float | None = None
-        self._costs_ok = self._costs_failed = False
-        self._costs_lock = threading.Lock()
-        self._reads_since_sample = 0
         # The site lease (collector/lease.py), set by the service: checked before
         # each write to Redis (the cycle counter, the shipment, the history
         # window); its generation goes into every chunk.  None: no lease (tests
@@ -355,6 +334,10 @@ class Collector:
             pushed=pushed,
             max_targeted=max_targeted,
             clock=clock,
+        )
+        # How poked jobs are read, within follow mode's read budget (follow/reads.py).
+        self.reads = PokedJobReads(
+            backend, pushed=self.plan.pushed, probing=self.plan.probing, clock=clock
         )
 
     # -- state ------------------------------------------------------------------
@@ -474,10 +457,10 @@ class Collector:
         natives = {j: given[j] for j in ids if j in given}
         rest = [j for j in ids if j not in natives]
         if rest:
-            how = self._read_mode(rest)
+            how = self.reads.mode(rest)
             try:
                 with self._watch(report, "stat"):
-                    natives.update(self._poked_records(rest, how))
+                    natives.update(self.reads.read(rest, how))
             except StatError as exc:
                 raise CycleFailed(str(exc)) from exc
             report.counts[f"read_{how}"] = 1
@@ -524,123 +507,6 @@ class Collector:
         if len(kept) < len(changed):
             report.add("poked_final_unchanged", len(changed) - len(kept))
         return kept
-
-    # -- what reading poked jobs costs (pushed plans: plan.ReadBudget) ---------------
-    def refresh_delay(self, job_ids: Collection[str]) -> float:
-        """Seconds to hold these poked jobs before reading them (0: read now):
-        the plan's read budget for this interval is spent and neither their
-        single reads nor one listing fits yet.  Pokes that arrive meanwhile
-        join them."""
-        if not self.plan.pushed or not job_ids:
-            return 0.0
-        self._sample_costs()
-        return self.plan.reads.choose(len(job_ids), singly=self._singly())[1]
-
-    def reads_beside_cycles(self) -> bool:
-        """Whether follow mode may read poked jobs while a cycle runs: a pushed
-        plan whose backend reads them one by one and says what that costs
-        (Slurm through slurmrestd).  A reconciliation's listing of 10,000 jobs
-        takes seconds; a final must not wait for it."""
-        return self.plan.pushed and isinstance(self.backend, MeasuresReads) and self._singly()
-
-    def reads_singly_now(self, job_ids: Collection[str]) -> bool:
-        """Whether these poked jobs would be read one by one, now: the read
-        budget has room for their single reads.  Beside a cycle that is the
-        only read follow mode makes; a listing waits for the cycle's end."""
-        if not job_ids or not self.reads_beside_cycles():
-            return False
-        self._sample_costs()
-        how, wait = self.plan.reads.choose(len(job_ids), singly=True)
-        return how == SINGLES and wait <= 0
-
-    def _singly(self) -> bool:
-        backend = self.backend
-        return backend.reads_singly() if isinstance(backend, MeasuresReads) else True
-
-    def _at_hand(self, ids: list[str]) -> bool:
-        """Does the backend hold every one of these records already (Flux's
-        journal), so that reading them costs the scheduler nothing?"""
-        backend = self.backend
-        return isinstance(backend, RecordsAtHand) and len(backend.at_hand(ids)) == len(ids)
-
-    def _read_mode(self, ids: list[str]) -> str:
-        """Read these jobs one by one (``stat_some``) or from one listing: in a
-        pushed plan as the read budget says, otherwise whichever is cheaper;
-        records already at hand one by one, at no cost."""
-        if self._at_hand(ids):
-            return SINGLES
-        if not self.plan.pushed:  # only where the scheduler's own figures say so
-            if not isinstance(self.backend, MeasuresReads):
-                return SINGLES
-            self._sample_costs()
-            return self.plan.reads.cheaper(len(ids), singly=self._singly())
-        self._sample_costs()
-        return self.plan.reads.choose(len(ids), singly=self._singly())[0]
-
-    def _poked_records(self, ids: list[str], how: str) -> dict[str, Native]:
-        """The records of poked jobs: each on its own, or from one full listing
-        (and history for those it no longer lists), learning what it cost."""
-        reads = self.plan.reads
-        free = self._at_hand(ids)  # built from what the backend holds: no read at all
-        if self.plan.pushed and not free:  # taken as the read starts: the bucket refills
-            reads.spend(how, len(ids))
-        t0 = time.perf_counter()
-        if how == SINGLES:
-            natives = self.backend.stat_some(ids)
-        else:
-            listed = self.backend.stat_jobs()
-            natives = {j: listed[j] for j in ids if j in listed}
-            gone = [j for j in ids if j not in listed]
-            if gone:
-                try:
-                    natives.update(self.backend.history(gone))
-                except StatError as exc:  # left to the next reconciliation
-                    log.warning("refresh: history of %d poked jobs failed: %s", len(gone), exc)
-        if free:
-            return natives
-        if not self._reads_measured():
-            reads.learn(how, time.perf_counter() - t0, len(ids))
-        self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
-        if how == SINGLES and reads.single is None and self._reads_measured():
-            self._costs_at = None  # the first single reads: measured before the next decision
-        return natives
-
-    def _reads_measured(self) -> bool:
-        return isinstance(self.backend, MeasuresReads) and self._costs_ok
-
-    def _sample_costs(self, force: bool = False) -> None:
-        """Learn what reads cost from the scheduler's own figures (one cheap
-        command): at each reconciliation, and between them at most every
-        ``COSTS_EVERY`` intervals once ``SAMPLE_AFTER`` reads were made since;
-        without them, wall time is used."""
-        backend = self.backend
-        if not isinstance(backend, MeasuresReads) or self._costs_failed:
-            return
-        if not (self.plan.pushed or self.plan.probing):  # every cycle lists: nothing to choose
-            return
-        with self._costs_lock:  # a cycle and the reads beside it (reads_singly_now)
-            self._sample_costs_now(backend, force)
-
-    def _sample_costs_now(self, backend: MeasuresReads, force: bool) -> None:
-        now = self.plan.clock()
-        reads = self.plan.reads
-        every = COSTS_EVERY * reads.interval  # sdiag is an RPC too (0.1-0.2 ms)
-        if not force and self._costs_at is not None:
-            if now - self._costs_at < every or self._reads_since_sample < SAMPLE_AFTER:
-                return
-        self._costs_at = now
-        self._reads_since_sample = 0
-        try:
-            costs = backend.read_costs()
-        except StatError as exc:
-            log.warning("cannot read the scheduler's read costs (%s): wall time used", exc)
-            self._costs_failed = True
-            self._costs_ok = False
-            return
-        self._costs_ok = True
-        for kind, key in ((LISTING, "listing"), (SINGLES, "single")):
-            if key in costs:
-                reads.learn(kind, costs[key])
 
     # -- the steps -----------------------------------------------------------------
     def _watch(self, report: CycleReport, stage: str) -> _Stopwatch:
@@ -805,9 +671,9 @@ class Collector:
         ids = [j for j in ids if j not in targets.records]
         natives: dict[str, Native] = {}
         if ids:
-            how = self._read_mode(ids)
+            how = self.reads.mode(ids)
             with no_gc(), self._watch(report, "stat"):
-                found = self._poked_records(ids, how)
+                found = self.reads.read(ids, how)
             report.counts[f"read_{how}"] = 1
             natives = {j: found[j] for j in ids if j in found}
         natives.update(targets.records)
@@ -865,10 +731,7 @@ class Collector:
         t0 = time.perf_counter()
         with no_gc(), self._watch(report, "stat"):
             natives = self.backend.stat_jobs()
-        # A listing: what the read budget is measured in.
-        self._sample_costs(force=True)
-        if not self._reads_measured():
-            self.plan.reads.learn(LISTING, time.perf_counter() - t0)
+        self.reads.listed(time.perf_counter() - t0)  # what the read budget is measured in
         with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed, vanished = compare(seen, fps)

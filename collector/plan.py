@@ -45,7 +45,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 from jobtap.schema import TERMINAL
 
@@ -109,8 +108,6 @@ class ObservationPlan:
         self.last_reconcile: float | None = None
         self.since: float | None = None
         self.signatures: dict[str, str] = {}
-        # Follow mode's bound on the reads of poked jobs (pushed plans only).
-        self.reads = ReadBudget(clock=clock, single_share=SINGLE_SHARE)
 
     def reset(self) -> None:
         """Forget everything: the next cycle reconciles (a (re)start, or Redis
@@ -183,148 +180,3 @@ class ObservationPlan:
         self.last_reconcile = started
         self.since = probe.until if probe is not None else None
         self.signatures = dict(probe.named) if probe is not None and probe.complete else {}
-
-
-# -- what reading poked jobs may cost ------------------------------------------------
-SINGLES = "singles"
-LISTING = "listing"
-# The least a single read is priced at, as a share of a listing.  On Slurm 22.05 with
-# 2,000 jobs queued, a read through slurmrestd (REQUEST_JOB_INFO_SINGLE and its
-# REQUEST_FED_INFO) cost slurmctld 0.4 ms at one job a second, a twelfth of a 5 ms
-# listing (docs/performance.md, "Slurm follow mode across churn rates"); half a
-# listing, the price until then (set when each poke started a Python process and
-# reads cost up to a third of a listing), made two pokes a listing and held pokes
-# back for the budget.
-SINGLE_SHARE = 0.1
-
-
-@runtime_checkable
-class MeasuresReads(Protocol):
-    """A backend that can say what its reads cost the scheduler itself (Slurm:
-    slurmctld's own RPC statistics, ``sdiag``), and whether it can read jobs
-    one by one at all."""
-
-    def read_costs(self) -> dict[str, float]:
-        """Seconds of the scheduler's time per read since the last call:
-        ``{"listing": ..., "single": ...}`` for the kinds it saw (a kind that
-        did not run since is absent)."""
-        ...
-
-    def reads_singly(self) -> bool:
-        """Whether ``stat_some`` reads each job on its own (else it lists)."""
-        ...
-
-
-class ReadBudget:
-    """Follow mode's bound on what reading poked jobs costs the scheduler: per
-    ``interval``, at most ``share`` of one full listing (what polling with a
-    listing every interval would cost; reconciliations come on top), but
-    never less than ``floor`` of the scheduler's time (0.1%: below that
-    nothing is worth a delay; it matters only for queues of a few hundred jobs
-    or fewer, whose listing costs slurmctld well under a millisecond).
-
-    A token bucket in seconds of the scheduler's time that holds that much
-    and refills at that much per interval.  For ``n`` poked jobs the plan
-    takes the cheaper way to read them, one by one or one listing that
-    refreshes every poked job, and reads at once if its cost is in the
-    bucket; otherwise the pokes wait until it is (at most one interval), and
-    whatever is poked meanwhile is read with them: pokes coalesce across
-    jobs, not only per job.  So a burst costs one listing per interval, like polling,
-    and a quiet time costs the single reads of the few jobs that changed.
-
-    What a read costs is learnt from what it took: an exponentially weighted
-    mean (``weight`` for the newest measurement) of the scheduler's own
-    figures where the backend gives them (:class:`MeasuresReads`), else of
-    the wall time of the commands.  A single read is priced at no less than
-    ``single_share`` of a listing (:data:`SINGLE_SHARE` in a plan): the
-    scheduler's figures come late (sampled every few intervals), and until the
-    first single reads are measured the price guards against a listing's worth
-    of them in one go.  Until a listing was measured, nothing is bounded (every
-    read is a single one, as before)."""
-
-    def __init__(
-        self,
-        *,
-        interval: float = 5.0,
-        share: float = 1.0,
-        floor: float = 0.001,
-        single_share: float = 0.0,
-        weight: float = 0.3,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.interval = float(interval)
-        self.share = float(share)
-        self.floor = float(floor)
-        self.single_share = float(single_share)
-        self.weight = float(weight)
-        self.clock = clock
-        self.single: float | None = None  # per job read on its own
-        self.listing: float | None = None  # per full listing
-        self.tokens = 0.0
-        self.stamp: float | None = None
-
-    def learn(self, kind: str, seconds: float, jobs: int = 1) -> None:
-        """A read of ``kind`` took ``seconds`` (for ``jobs`` jobs, if single)."""
-        if seconds < 0:
-            return
-        per = seconds / max(1, jobs) if kind == SINGLES else seconds
-        old = self.single if kind == SINGLES else self.listing
-        new = per if old is None else old + self.weight * (per - old)
-        if kind == SINGLES:
-            self.single = new
-        else:
-            self.listing = new
-
-    @property
-    def capacity(self) -> float:
-        """What the bucket holds: one interval's worth."""
-        if not self.listing:
-            return float("inf")
-        return max(self.share * self.listing, self.floor * self.interval)
-
-    def _refill(self) -> None:
-        now = self.clock()
-        cap = self.capacity
-        if cap == float("inf"):
-            self.tokens = 0.0
-        elif self.stamp is None:
-            self.tokens = cap
-        else:
-            self.tokens = min(cap, self.tokens + (now - self.stamp) * cap / self.interval)
-        self.stamp = now
-
-    def cost(self, how: str, n: int) -> float:
-        """What reading ``n`` jobs ``how`` is expected to cost."""
-        if how == LISTING:
-            return self.listing or 0.0
-        return n * max(self.single or 0.0, self.single_share * (self.listing or 0.0))
-
-    def cheaper(self, n: int, *, singly: bool = True) -> str:
-        """The cheaper way to read ``n`` jobs: one by one unless one listing is
-        expected to cost less (or the backend cannot read them one by one)."""
-        if not singly:
-            return LISTING
-        if self.listing is None or self.single is None:
-            return SINGLES
-        return LISTING if self.cost(SINGLES, n) > self.listing else SINGLES
-
-    def choose(self, n: int, *, singly: bool = True) -> tuple[str, float]:
-        """How to read ``n`` poked jobs (the cheaper way), and how long to
-        wait first for the bucket to hold its cost (0.0: read now)."""
-        how = self.cheaper(n, singly=singly)
-        if self.listing is None or n <= 0:
-            return how, 0.0
-        self._refill()
-        cap = self.capacity
-        cost = min(self.cost(how, n), cap)  # a read never waits more than one interval
-        if cost <= self.tokens:
-            return how, 0.0
-        return how, (cost - self.tokens) * self.interval / cap
-
-    def spend(self, how: str, n: int) -> None:
-        """A read of ``n`` jobs ``how`` was made: take its cost from the
-        bucket, never below empty."""
-        if self.listing is None:
-            return
-        self._refill()
-        self.tokens = max(0.0, self.tokens - self.cost(how, n))

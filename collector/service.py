@@ -30,26 +30,21 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import orjson
 import redis
 
 from jobtap.connection import publish_command
-from jobtap.schema import EXITING, JOB, TERMINAL
 from jobtap.workers.epoch import CAUSES, EPOCH_LUA, EpochCheck, epoch_args
 
 from . import plan
-from .backends.base import EventFeed, Native, RecordsAtHand, RecordsInPokes
 from .cycle import Collector, CycleFailed, CycleReport
-from .follow import FeedThread, PokeReader
+from .follow.follower import Follower
 from .hoststate import HostState
 from .lease import GUARDED_EPOCH_TAIL, Holding, Lease, LeaseLost, default_lease
-from .metrics import FULL, PROBE, PUSHED, REFRESH, CollectorMetrics, failure_cause
+from .metrics import FULL, PROBE, PUSHED, CollectorMetrics, failure_cause
 
-_T = TypeVar("_T")
 log = logging.getLogger("jobtap.collector")
 # The plan's tiers as the metrics name them ("full": a full stat of every job).
 METRICS_TIER = {plan.RECONCILE: FULL, plan.PROBE: PROBE, plan.PUSHED: PUSHED}
@@ -108,19 +103,22 @@ class CollectorService:
         self.epoch: str | None = self.state.epoch  # the epoch this collector wrote in
         collector.last_cycle = max(collector.last_cycle, self.state.cycle)
         self.follow = follow
-        collector.plan.reads.interval = interval  # follow mode's read budget is per interval
-        self.max_refresh = max_refresh
-        self.refresh_gap = refresh_gap
-        self.pokes: PokeReader | None = None
-        self.feed: FeedThread | None = None
-        self.rechecks: dict[str, tuple[float, int]] = {}  # job -> (due, tries)
-        self._refresh_after = 0.0  # the next refresh that asks the scheduler, not before
-        self.recheck_delay = 0.5
-        self.max_rechecks = 5
-        self.ended_step = 0.1  # re-checks of jobs poked as ended: 0.1, 0.2, ... 0.5, 0.5 s
-        self.max_ended_rechecks = 20
+        collector.reads.budget.interval = interval  # follow mode's read budget is per interval
         self.feed_wait = 10.0
         self.metrics = metrics
+        self.follower = (
+            Follower(
+                collector,
+                self.lease,
+                max_refresh=max_refresh,
+                refresh_gap=refresh_gap,
+                refreshed=lambda cycle: self.state.save(self.epoch, cycle),
+                metrics=metrics,
+                stop_event=self.stop_event,
+            )
+            if follow
+            else None
+        )
         self.described: dict[str, str] = {}  # the backend's facts, as last written to meta
         if metrics is not None:
             metrics.start(interval, collector.shipper.queues)
@@ -294,8 +292,9 @@ class CollectorService:
                     break
                 delay = self.interval if ok else self.backoff()
                 self.wait_serving_pokes(started + delay)
-            if self.feed is not None and max_cycles is not None:
-                feed_up = self.feed.wait_started(self.feed_wait)
+            feed = self.follower.feed if self.follower is not None else None
+            if feed is not None and max_cycles is not None:
+                feed_up = feed.wait_started(self.feed_wait)
         finally:
             self.looping = False
             self.stop_follow()
@@ -321,211 +320,20 @@ class CollectorService:
             self.start_follow()
 
     def stop_follow(self) -> None:
-        if self.feed is not None:
-            self.feed.stop()
-            self.feed.join(timeout=5)
-            self.feed = None
-        self.pokes = None
-        self.rechecks.clear()
+        if self.follower is not None:
+            self.follower.stop()
 
     def start_follow(self) -> None:
-        self.pokes = PokeReader(self.redis, self.keys)
-        backend = self.collector.backend
-        feed = ""
-        if isinstance(backend, EventFeed):
-            self.feed = FeedThread(backend, self.redis, self.keys)
-            self.feed.start()
-            feed = f"{getattr(backend, 'scheduler', 'scheduler')} event feed"
-        self.lease.guarded().hset(self.keys.meta, mapping={"follow": 1, "feed": feed}).execute()
-        if self.metrics is not None:
-            self.metrics.watch_pokes(self.pokes)
-            if self.feed is not None:
-                self.metrics.watch_feed(self.feed)
-        log.info("follow mode: serving pokes from %s", self.keys.pokes)
+        if self.follower is not None:
+            self.follower.start()
 
     def wait_serving_pokes(self, deadline: float) -> None:
-        """Until ``deadline`` (the next full cycle), refresh poked jobs as they
-        come; without follow mode, just wait."""
-        while not self.stop_event.is_set() and self.lease.held:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            if self.pokes is None:
-                self.stop_event.wait(left)
-                return
-            wait = min(left, 1.0, max(0.001, self.next_recheck() - time.monotonic()))
-            if self.pokes.pending:  # held by the read budget (plan.ReadBudget): gather pokes
-                wait = min(wait, max(0.001, self.collector.refresh_delay(self.pokes.pending)))
-            try:
-                if self.pokes.read(block_ms=max(1, int(wait * 1000))):
-                    self.note_pokes_read()
-            except LeaseLost:
-                return  # the loop steps down
-            except redis.RedisError as exc:
-                log.warning("poke stream: %s", exc)
-                self.stop_event.wait(min(left, 1.0))
-                continue
-            self.due_rechecks()
-            if self.pokes.pending and self.collector.refresh_delay(self.pokes.pending) <= 0:
-                self.serve_pokes()
-                self.refresh_pause()  # bounds refreshes per second
-
-    def refresh_pause(self) -> None:
-        """Wait ``refresh_gap`` before the next refresh that asks the scheduler;
-        pokes that bring their record (no command) are served meanwhile."""
-        assert self.pokes is not None
-        until = self._refresh_after = time.monotonic() + self.refresh_gap
-        if not isinstance(self.collector.backend, RecordsInPokes):
-            self.stop_event.wait(self.refresh_gap)
-            return
-        while not self.stop_event.is_set() and (left := until - time.monotonic()) > 0:
-            try:
-                if self.pokes.read(block_ms=max(1, int(left * 1000))):
-                    self.note_pokes_read()
-            except redis.RedisError:
-                self.stop_event.wait(left)
-                return
-            self.serve_records(None)
-
-    def note_pokes_read(self) -> None:
-        """Say in ``meta`` how far the poke stream has been read (and which
-        probes of ``jobtap doctor`` were seen): the proof pokes are consumed."""
-        assert self.pokes is not None
-        fields: dict[str, str] = {"pokes_read": self.pokes.last_id}
-        if self.pokes.probes:
-            fields["probe_seen"] = self.pokes.probes[-1]
-            fields["probe_seen_at"] = _now()
-            self.pokes.probes.clear()
-        self.lease.guarded().hset(self.keys.meta, mapping=fields).execute()
-
-    def next_recheck(self) -> float:
-        return min((due for due, _ in self.rechecks.values()), default=float("inf"))
-
-    def due_rechecks(self) -> None:
-        """Put the jobs whose re-check is due back among the pending pokes."""
-        now = time.monotonic()
-        assert self.pokes is not None
-        for jid in [j for j, (due, _) in self.rechecks.items() if due <= now]:
-            self.pokes.pending.setdefault(jid, None)
-
-    def plan_rechecks(self, ids: list[str], states: dict[str, str]) -> None:
-        """A poked job found still exiting (Slurm's epilog runs while the job is
-        COMPLETING, PBS's jobobit while it is E) is looked at again shortly, a
-        few times, so its final does not wait for the next full stat.  So is a
-        job poked as ``ended`` (by a PBS MoM's epilogue, before the server
-        knows) that the server still shows alive, only more often: the
-        server's own end-of-job path takes a few hundred milliseconds, and
-        every step of ``ended_step`` seconds waited is latency.  ``states``:
-        what the refresh found each job in; for a job it did not find, what
-        the collector last knew of it (beside a cycle, as it was before)."""
-        seen = self.collector.tracker.of(JOB) if self.collector.tracker else {}
-        ended = self.pokes.ended if self.pokes is not None else set()
-        now = time.monotonic()
-        for jid in ids:
-            state = states.get(jid)
-            if state is None and (entry := seen.get(jid)) is not None:
-                state = entry.state
-            tries = self.rechecks.pop(jid, (0.0, 0))[1]
-            if state is None or state in TERMINAL:
-                ended.discard(jid)
-                continue
-            if jid in ended and tries < self.max_ended_rechecks:
-                step = min(self.recheck_delay, self.ended_step * (tries + 1))
-                self.rechecks[jid] = (now + step, tries + 1)
-            elif state == EXITING and tries < self.max_rechecks:
-                self.rechecks[jid] = (now + self.recheck_delay * (tries + 1), tries + 1)
-            else:
-                ended.discard(jid)
-
-    def serve_pokes(self) -> bool:
-        """Refresh up to ``max_refresh`` poked jobs now: first those whose record
-        the backend has at hand (Flux: built from the journal), so that their
-        changes never wait for the scheduler's answer about the others."""
-        assert self.pokes is not None
-        ids = self.pokes.take(self.max_refresh)
-        backend = self.collector.backend
-        given = self.poked_records(ids)
-        if given:  # records the pokes brought (PBS's jobobit hook): no scheduler command
-            rest = [j for j in ids if j not in given]
-            done = self.refresh_now(list(given), given)
-            return done & self._asking(rest) if rest else done
-        if isinstance(backend, RecordsInPokes):
-            return self._asking(ids)
-        if isinstance(backend, RecordsAtHand):
-            quick = backend.at_hand(ids)
-            if quick and len(quick) < len(ids):
-                rest = [j for j in ids if j not in set(quick)]
-                return self.refresh_now(quick) & self.refresh_now(rest)
-        return self.refresh_now(ids)
-
-    def poked_records(self, ids: list[str]) -> dict[str, Native]:
-        """The records among ``ids``' pokes that the backend accepts as they are
-        (:class:`RecordsInPokes`); the others are asked of the scheduler."""
-        assert self.pokes is not None
-        held = self.pokes.records
-        if not held:
-            return {}
-        raw = {j: held.pop(j) for j in ids if j in held}
-        backend = self.collector.backend
-        if not isinstance(backend, RecordsInPokes):
-            return {}
-        given = {}
-        for jid, data in raw.items():
-            native = backend.poked_record(jid, data)
-            if native is not None:
-                given[jid] = native
-        return given
-
-    def refresh_now(
-        self,
-        ids: list[str],
-        given: dict[str, Native] | None = None,
-        deferred: list[Callable[[], None]] | None = None,
-    ) -> bool:
-        """Refresh these poked jobs (``given``: records their pokes brought;
-        ``deferred``: during a cycle, see :meth:`_run_cycle`)."""
-        assert self.pokes is not None
-        t0 = time.perf_counter()
-        try:
-            if given is None and deferred is None:
-                report = self.collector.refresh(ids)
-            else:
-                report = self.collector.refresh(ids, given, deferred=deferred)
-            if deferred is None:  # beside a cycle, the cycle saves its own
-                self.state.save(self.epoch, report.cycle)
-            self.plan_rechecks(ids, report.states)
-        except LeaseLost as exc:
-            log.warning("refresh of %d poked jobs dropped: %s", len(ids), exc)
-            return False
-        except (CycleFailed, redis.RedisError) as exc:
-            log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
-            if self.metrics is not None:
-                self.metrics.cycle_failed(str(exc), REFRESH)
-            try:
-                self.lease.guarded().hincrby(self.keys.meta, "refreshes_failed", 1).execute()
-            except (redis.RedisError, LeaseLost):
-                pass
-            return False
-        if self.metrics is not None:
-            self.metrics.cycle_done(report, time.perf_counter() - t0, REFRESH)
-        try:
-            pipe = self.lease.guarded()
-            pipe.hincrby(self.keys.meta, "refreshes", 1)
-            pipe.hincrby(self.keys.meta, "poked_jobs_refreshed", report.counts.get("poked", 0))
-            pipe.hset(self.keys.meta, mapping={
-                "last_refresh_at": report.observed_at,
-                "pokes_received": self.pokes.received,
-                "pokes_coalesced": self.pokes.coalesced,
-                "pokes_dropped": self.pokes.dropped,
-            })  # fmt: skip
-            pipe.execute()
-        except (redis.RedisError, LeaseLost):
-            pass
-        log.debug(
-            "refreshed %d poked jobs: %s%s", len(ids), " ".join(ids[:20]),
-            " ..." if len(ids) > 20 else "", extra={"fields": {**report.counts, **report.timings}},
-        )  # fmt: skip
-        return True
+        """Until ``deadline`` (the next full cycle), let follow mode refresh
+        poked jobs as they come; without it, just wait."""
+        if self.follower is not None and self.follower.pokes is not None:
+            self.follower.serve_until(deadline)
+        elif not self.stop_event.is_set() and self.lease.held:
+            self.stop_event.wait(max(0.0, deadline - time.monotonic()))
 
     def backoff(self) -> float:
         return min(self.max_backoff, self.interval * 2 ** min(self.failures - 1, 10))
@@ -553,102 +361,10 @@ class CollectorService:
         return True
 
     def _run_cycle(self) -> CycleReport:
-        """One cycle.  In follow mode, a final must not wait for a cycle's
-        commands (a probe's qselect, a reconciliation's listing of 10,000
-        jobs, seconds long): when the backend's pokes may carry records (PBS's
-        jobobit hook) or its poked jobs are read one by one (Slurm through
-        slurmrestd), the cycle runs in a thread of its own while this one
-        keeps serving pokes: those that bring their record, and the single
-        reads the read budget allows (never a listing beside the cycle's).
-        Their chunks are shipped at once; what the collector remembers of
-        them is noted after the cycle, which owns the tracker until it ends.
-        Other pokes wait as before."""
-        collector = self.collector
-        if self.pokes is None:
-            return collector.run_cycle()
-        reads = collector.reads_beside_cycles()
-        if not (reads or isinstance(collector.backend, RecordsInPokes)):
-            return collector.run_cycle()
-        return self._serving_pokes(collector.run_cycle, "jobtap-cycle", reads=reads)
-
-    def _asking(self, ids: list[str]) -> bool:
-        """Refresh poked jobs that need the scheduler's answer (a ``qstat -E``,
-        which the same-second throttle may hold 200 ms) while the pokes that
-        bring their record keep being served, as during a cycle."""
-        return self._serving_pokes(lambda: self.refresh_now(ids), "jobtap-refresh", reads=False)
-
-    def _serving_pokes(self, work: Callable[[], _T], name: str, *, reads: bool) -> _T:
-        """``work`` (a cycle, or a refresh that asks the scheduler) in a thread
-        of its own, while this one ships the pending pokes that brought their
-        record and, with ``reads``, reads other poked jobs one by one
-        (:meth:`serve_reads`); what the collector remembers of those is noted
-        after ``work``, which owns the tracker until it ends.  Returns what
-        ``work`` returned, or raises what it raised."""
-        assert self.pokes is not None
-        outcome: dict[str, object] = {}
-
-        def run() -> None:
-            try:
-                outcome["result"] = work()
-            except BaseException as exc:  # raised again in this thread
-                outcome["error"] = exc
-
-        deferred: list[Callable[[], None]] = []
-        runner = threading.Thread(target=run, name=name, daemon=True)
-        runner.start()
-        try:
-            while runner.is_alive():
-                try:
-                    if self.pokes.read(block_ms=20):
-                        self.note_pokes_read()
-                except redis.RedisError as exc:
-                    log.warning("poke stream: %s", exc)
-                    runner.join(0.1)
-                    continue
-                self.serve_records(deferred)
-                if reads:
-                    self.serve_reads(deferred)
-        finally:
-            runner.join()
-            for step in deferred:
-                step()
-        if "error" in outcome:
-            raise outcome["error"]  # type: ignore[misc]
-        return outcome["result"]  # type: ignore[return-value]
-
-    def serve_records(self, deferred: list[Callable[[], None]] | None) -> None:
-        """Ship the pending pokes that brought an acceptable record (during a
-        cycle, ``deferred``: see :meth:`_run_cycle`); the others stay pending."""
-        assert self.pokes is not None
-        held = self.pokes.records
-        if not held:
-            return
-        ids = [j for j in self.pokes.pending if j in held][: self.max_refresh]
-        given = self.poked_records(ids)
-        if not given:
-            return
-        for jid in given:
-            self.pokes.pending.pop(jid, None)
-        self.refresh_now(list(given), given, deferred)
-
-    def serve_reads(self, deferred: list[Callable[[], None]]) -> None:
-        """Beside a cycle: read the pending poked jobs (re-checks due
-        included) one by one, ``refresh_gap`` after the last refresh that
-        asked the scheduler (:meth:`refresh_pause` between cycles), if the
-        read budget has room for their single reads now; otherwise they stay
-        pending until the cycle ends."""
-        assert self.pokes is not None
-        self.due_rechecks()
-        pending = self.pokes.pending
-        if not pending or time.monotonic() < self._refresh_after:
-            return
-        ids = list(pending)[: self.max_refresh]
-        if not self.collector.reads_singly_now(ids):
-            return
-        for jid in ids:
-            del pending[jid]
-        self.refresh_now(ids, None, deferred)
-        self._refresh_after = time.monotonic() + self.refresh_gap
+        """One cycle; in follow mode, with pokes served beside it (``Follower.during``)."""
+        if self.follower is None:
+            return self.collector.run_cycle()
+        return self.follower.during(self.collector.run_cycle)
 
     def check_epoch(self) -> None:
         """Make sure of the site's epoch (beginning a new one if Redis' data is
@@ -733,8 +449,8 @@ class CollectorService:
             fields[f"time_{stage}_s"] = round(secs, 4)
         fields.update(report.tier_fields(duration))
         fields.update(self.facts_changed())
-        if self.feed is not None:
-            fields["feed_restarts"] = self.feed.restarts
+        if self.follower is not None and self.follower.feed is not None:
+            fields["feed_restarts"] = self.follower.feed.restarts
         pipe = self.lease.guarded()
         pipe.hset(self.keys.meta, mapping=fields)
         pipe.hincrby(self.keys.meta, "cycles_ok", 1)

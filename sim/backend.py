@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jobtap.collector.backends.base import Cost, Native, Probe, Record, StatError
+from jobtap.collector.backends.base import Cost, Native, PokedReads, Probe, Record, StatError
 from jobtap.sim import render
 from jobtap.sim.faults import JOB_FAULTS, PROBE_FAULTS
 from jobtap.sim.model import Simulation
@@ -181,6 +181,10 @@ class SimBackend:
             self.cost.add(0)
             raise StatError("qstat -x: simulated failure (injected fault)")
         return self._output(lambda: sim.history_jobs(job_ids))
+
+    def poked_reads(self) -> PokedReads:
+        """Poked jobs are read one by one (or listed), as from a PBS server."""
+        return PokedReads()
 
     def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
         """``qstat -x -t -f IDS``: the current record of each of these jobs, live

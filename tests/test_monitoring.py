@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from jobtap.collector.follow import FeedThread, PokeReader
+from jobtap.collector.follow.feed import FeedThread
+from jobtap.collector.follow.pokes import PokeReader
 from jobtap.collector.metrics import CollectorMetrics
 from jobtap.keys import SiteKeys
 from jobtap.workers.metrics import WorkerMetrics

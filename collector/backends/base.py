@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +57,10 @@ class Backend(Protocol):
     def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
         """The current records of just these jobs, live or finished, for follow
         mode's targeted refresh; ids the scheduler does not know are absent."""
+        ...
+
+    def poked_reads(self) -> PokedReads:
+        """How follow mode gets the records of poked jobs (:class:`PokedReads`)."""
         ...
 
     def normalise_job(self, job_id: str, native: Native) -> Record: ...
@@ -165,30 +169,41 @@ class MeasuresCost(Protocol):
     cost: Cost
 
 
-@runtime_checkable
-class RecordsAtHand(Protocol):
-    """A backend that can give some jobs' current records without asking the
-    scheduler (Flux: built from the journal events the feed read); follow mode
-    refreshes those first, apart from the others."""
-
-    def at_hand(self, job_ids: Iterable[str]) -> list[str]:
-        """The ids among ``job_ids`` whose record :meth:`Backend.stat_some`
-        would give without running a command."""
-        ...
+def _always() -> bool:
+    return True
 
 
-@runtime_checkable
-class RecordsInPokes(Protocol):
-    """A backend whose scheduler hook may send a job's record with its poke
-    (PBS: the jobobit hook's ``record`` field, the job as ``qstat -x -f -F
-    json`` will print it); follow mode ships such a record without asking
-    the scheduler when :meth:`poked_record` accepts it."""
+@dataclass(frozen=True)
+class PokedReads:
+    """How follow mode gets the records of poked jobs: the one thing a backend
+    tells it (:meth:`Backend.poked_reads`, asked once), each way given or not.
 
-    def poked_record(self, job_id: str, raw: bytes) -> Native | None:
-        """The native record a poke carried, if it is one the scheduler's own
-        listing would print and complete enough to ship; None: ask the
-        scheduler as for any poke."""
-        ...
+    ``carried``: a record the poke brought with it (PBS's jobobit hook: the
+    job as ``qstat -x -f -F json`` will print it; Slurm's completion records),
+    turned into the native record to ship without asking the scheduler, or
+    None where it is not complete or certain enough: the job is then read as
+    for any poke.
+    ``carried_soon``: seconds a record-less poke of a job that ended may wait
+    for the record another poke will carry (Slurm: the epilog pokes before
+    jobcomp's script runs); 0: read it at once.
+    ``at_hand``: the ids among some whose current record
+    :meth:`Backend.stat_some` builds without running a command (Flux: from
+    the journal events the feed read); those are refreshed first, at no cost.
+    Every other poked job is read, one by one (``stat_some``) or with one
+    listing (``stat_jobs``), as the read budget says (follow/budget.py).
+    ``costs``: the scheduler's own figures of what those reads cost it
+    (Slurm: ``sdiag``), seconds per read since the last call, as
+    ``{"listing": ..., "single": ...}`` for the kinds it saw; without them
+    the commands' wall time is used.  A backend that gives them reads poked
+    jobs beside a running cycle.  ``singly``: whether ``stat_some`` reads
+    each job on its own at the moment (Slurm: while slurmrestd answers), else
+    it lists."""
+
+    carried: Callable[[str, bytes], Native | None] | None = None
+    carried_soon: float = 0.0
+    at_hand: Callable[[Iterable[str]], list[str]] | None = None
+    costs: Callable[[], dict[str, float]] | None = None
+    singly: Callable[[], bool] = _always
 
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")

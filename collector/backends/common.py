@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from .base import BadRecord, Cost, Native, StatError
+from .base import BadRecord, Cost, Native, PokedReads, StatError
 from .run import run, run_full
 
 __all__ = [
@@ -73,6 +73,12 @@ class CommandBackend:
         self.timeout = float(timeout)
         self._quote = bool(self.prefix) and self.prefix[0].rpartition("/")[2] == "ssh"
         self.cost = Cost()  # commands run and bytes read, for the collector's report
+
+    def poked_reads(self) -> PokedReads:
+        """Poked jobs are read with the scheduler's commands, one by one or
+        with a listing, priced by their wall time (a backend with more ways
+        says so by overriding this)."""
+        return PokedReads()
 
     def _via(self) -> str:
         """`` via 'ssh head1'`` for ``__repr__``, or "" without a prefix."""

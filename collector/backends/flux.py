@@ -82,7 +82,7 @@ from jobtap.schema import (
     UNKNOWN,
 )
 
-from .base import BadRecord, Native, Probe, Record, StatError, check_object_id
+from .base import BadRecord, Native, PokedReads, Probe, Record, StatError, check_object_id
 from .common import (
     MAX_TEXT,
     CommandBackend,
@@ -1160,6 +1160,10 @@ class FluxBackend(CommandBackend):
         """Final records of jobs that left the live list, for those Flux still
         knows (an INACTIVE job stays known until it is purged)."""
         return self._list(job_ids)
+
+    def poked_reads(self) -> PokedReads:
+        """Jobs the feed's journal events describe are built at no cost."""
+        return PokedReads(at_hand=self.at_hand)
 
     def at_hand(self, job_ids: Iterable[str]) -> list[str]:
         """The jobs whose new record the journal gives (:meth:`stat_some` builds

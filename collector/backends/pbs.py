@@ -68,6 +68,7 @@ from .base import (
     BadRecord,
     CommandNotFound,
     Native,
+    PokedReads,
     Probe,
     ProbeUnavailable,
     Record,
@@ -677,6 +678,10 @@ class PBSBackend(CommandBackend):
         return parse_qstat_jobs(out), unknown
 
     # Records sent by the server hook (follow mode) ----------------------------
+    def poked_reads(self) -> PokedReads:
+        """The jobobit hook's poke may carry the job's final record."""
+        return PokedReads(carried=self.poked_record)
+
     def poked_record(self, job_id: str, raw: bytes) -> Native | None:
         """The final record the jobobit hook sent with its poke
         (``deploy/pbs/jobtap_poke_hook.py``: the job as ``qstat -x -f -F

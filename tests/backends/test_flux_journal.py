@@ -156,7 +156,7 @@ def test_follow_mode_refreshes_what_the_journal_gives_first(r, tmp_path, monkeyp
     two refreshes, the quick one first, so its final never waits for the listing."""
     from jobtap.collector.backends.flux import FluxBackend, encode_f58
     from jobtap.collector.cycle import Collector
-    from jobtap.collector.follow import PokeReader, poke
+    from jobtap.collector.follow.pokes import PokeReader, poke
     from jobtap.collector.service import CollectorService
     from jobtap.keys import SiteKeys
     from tests.support.paths import FAKE_BIN
@@ -171,7 +171,7 @@ def test_follow_mode_refreshes_what_the_journal_gives_first(r, tmp_path, monkeyp
     backend = FluxBackend(flux=str(FAKE_BIN / "flux"), timeout=30, clock=lambda: clock[0])
     svc = CollectorService(Collector(backend, r, site="fluxsplit", nodes_every=10**6),
                            interval=3600, follow=True)  # fmt: skip
-    svc.pokes = PokeReader(r, SiteKeys("fluxsplit"))
+    svc.follower.pokes = PokeReader(r, SiteKeys("fluxsplit"))
     assert svc.run_one()  # lists both: ok running, held pending
     end = ok.events[-1]["timestamp"]
     backend.journal.note_events({
@@ -184,8 +184,8 @@ def test_follow_mode_refreshes_what_the_journal_gives_first(r, tmp_path, monkeyp
     refresh = svc.collector.refresh
     svc.collector.refresh = lambda ids: (groups.append(list(ids)), refresh(ids))[1]
     poke(r, SiteKeys("fluxsplit"), [held_id, ok_id])
-    svc.pokes.read(block_ms=1000)
-    assert svc.serve_pokes()
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes()
     assert groups == [[ok_id], [held_id]]
     assert svc.collector.tracker.of("job")[ok_id].state == "completed"
 

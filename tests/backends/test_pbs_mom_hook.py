@@ -10,7 +10,7 @@ import pytest
 
 from jobtap.acl.rules import poker_rules, setuser_args
 from jobtap.cli.localredis import free_port
-from jobtap.collector.follow import PokeReader
+from jobtap.collector.follow.pokes import PokeReader
 from jobtap.keys import POKES_MAXLEN, SiteKeys
 from tests.support.pbs_hook import run_hook
 

@@ -16,7 +16,7 @@ import redis
 from jobtap.acl.rules import poker_rules
 from jobtap.cli.doctor import FAIL, OK, WARN, run_checks
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow import poke
+from jobtap.collector.follow.pokes import poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
@@ -145,7 +145,7 @@ def test_a_probe_not_read_in_time_fails(r, collector):
     finally:
         gate.set()
     eventually(lambda: r.hget(K.meta, "probe_seen"), what="the probe read after all")
-    assert svc.pokes is not None
+    assert svc.follower.pokes is not None
 
 
 def test_a_failing_feed_fails(r, collector):

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from jobtap.cli.app import main
 from jobtap.collector.backends.flux import FluxBackend
-from jobtap.collector.follow import FeedThread
+from jobtap.collector.follow.feed import FeedThread
 from jobtap.collector.service import FEED_FAILED
 from jobtap.keys import SiteKeys
 from tests.support.flux import fake_flux

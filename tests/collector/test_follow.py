@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow import PokeReader, poke
+from jobtap.collector.follow.pokes import PokeReader, poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
@@ -77,7 +78,7 @@ def test_push_and_poll_together_on_the_sim(r):
     sim = backend.simulation
     svc = CollectorService(Collector(backend, r, site=SITE, nodes_every=4, reconcile_every=0),
                            interval=30, follow=True)  # fmt: skip
-    svc.pokes = PokeReader(r, K)
+    svc.follower.pokes = PokeReader(r, K)
     pushed: list[int] = []  # jobs each targeted refresh found changed
     refresh = svc.collector.refresh
 
@@ -100,8 +101,8 @@ def test_push_and_poll_together_on_the_sim(r):
         ids = sim.take_pokes()
         if ids:
             poke(r, K, ids)
-            svc.pokes.read(block_ms=10)
-            assert svc.serve_pokes()
+            svc.follower.pokes.read(block_ms=10)
+            assert svc.follower.serve_pokes()
             refreshes += 1
         if step % 20 == 0:
             drain(r, SITE)
@@ -120,7 +121,7 @@ def test_push_and_poll_together_on_the_sim(r):
 def test_flux_journal_feed_pokes_every_job(r, flux):
     """The feed thread runs the Flux journal reader (the replay stand-in of
     `flux python READER`) and turns its batches into pokes naming every job."""
-    from jobtap.collector.follow import FeedThread
+    from jobtap.collector.follow.feed import FeedThread
 
     backend = flux
     expected = set(backend.stat_jobs())
@@ -185,6 +186,9 @@ class _OneJobScheduler:
     stat_nodes = stat_queues = lambda self: {}
     normalise_node = normalise_queue = normalise_job
 
+    def poked_reads(self):
+        return PokedReads()
+
 
 def test_a_job_poked_while_exiting_is_looked_at_again(r):
     """The epilog pokes while the job is still exiting (Slurm's COMPLETING, PBS's
@@ -207,7 +211,7 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
 
     svc = CollectorService(Collector(Scheduler(), r, site=SITE, nodes_every=10**6),
                            interval=60, follow=True)  # fmt: skip
-    svc.pokes = PokeReader(r, K)
+    svc.follower.pokes = PokeReader(r, K)
     assert svc.run_one()
     poke(r, K, ["1.vm"])  # once only: at the epilog, while the job is exiting
     seen = svc.collector.tracker.of("job")
@@ -220,13 +224,13 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
     drain(r, SITE)
     types = [(e["type"], e["record"]["state"]) for e in site_events(r, SITE)]
     assert types == [("new", "running"), ("state", "exiting"), ("final", "cancelled")]
-    assert not svc.rechecks
+    assert not svc.follower.rechecks
 
 
 class _GatedListing(_OneJobScheduler):
     """After the first one, the reconciliation's listing waits for the test
     (``gate``); single reads and their costs are those of Slurm through
-    slurmrestd (``MeasuresReads``): a listing of 10,000 jobs takes slurmctld
+    slurmrestd (``PokedReads.costs``): a listing of 10,000 jobs takes slurmctld
     35 ms and the collector seconds, a single read 0.4 ms."""
 
     def __init__(self) -> None:
@@ -248,18 +252,15 @@ class _GatedListing(_OneJobScheduler):
         self.read.append(list(ids))
         return {j: _job_1vm("done") for j in ids if j == "1.vm"}
 
-    def read_costs(self):
-        return {"listing": 0.035, "single": 0.0004}
-
-    def reads_singly(self):
-        return True
+    def poked_reads(self):
+        return PokedReads(costs=lambda: {"listing": 0.035, "single": 0.0004})
 
 
 def _gated_service(r):
     scheduler = _GatedListing()
     collector = Collector(scheduler, r, site=SITE, nodes_every=10**6, pushed=True)
     svc = CollectorService(collector, interval=60, follow=True)
-    svc.pokes = PokeReader(r, K)
+    svc.follower.pokes = PokeReader(r, K)
     assert svc.run_one()  # the first reconciliation
     collector.plan.last_reconcile = None  # the next cycle reconciles too
     return svc, scheduler
@@ -293,7 +294,7 @@ def test_a_poke_is_read_while_a_reconciliation_lists(r):
     types = [(e["type"], e["record"]["state"]) for e in site_events(r, SITE)]
     assert types == [("new", "running"), ("final", "cancelled")]
     assert svc.collector.tracker.of("job")["1.vm"].state == "cancelled"
-    assert not svc.rechecks and not svc.pokes.pending
+    assert not svc.follower.rechecks and not svc.follower.pokes.pending
 
 
 def test_beside_a_listing_pokes_wait_when_reading_them_costs_more(r):
@@ -308,12 +309,13 @@ def test_beside_a_listing_pokes_wait_when_reading_them_costs_more(r):
     try:
         assert scheduler.listing_started.wait(30)
         poke(r, K, many)
-        eventually(lambda: svc.pokes.received >= 1, timeout=30, what="the pokes read")
+        eventually(lambda: svc.follower.pokes.received >= 1, timeout=30, what="the pokes read")
         poke(r, K, many[:1])  # read only after the loop served (or kept) the first ones
-        eventually(lambda: svc.pokes.received >= 2, timeout=30, what="the loop's next turn")
-        assert svc.pokes.pending and scheduler.read == [] and scheduler.listings == 2
+        pokes = svc.follower.pokes
+        eventually(lambda: pokes.received >= 2, timeout=30, what="the loop's next turn")
+        assert svc.follower.pokes.pending and scheduler.read == [] and scheduler.listings == 2
     finally:
         scheduler.gate.set()
         cycle.join(60)
     assert not cycle.is_alive() and scheduler.read == []
-    assert list(svc.pokes.pending) == many  # served by the loop between cycles, not here
+    assert list(svc.follower.pokes.pending) == many  # served by the loop between cycles, not here

@@ -10,7 +10,7 @@ import json
 import time
 
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow import PokeReader, poke
+from jobtap.collector.follow.pokes import PokeReader, poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.schema import RUNNING, TERMINAL
@@ -26,7 +26,7 @@ K = SiteKeys(SITE)
 def service(fake: FakePBS, r) -> CollectorService:
     svc = CollectorService(Collector(fake.backend(), r, site=SITE, nodes_every=10**6),
                            interval=3600, follow=True)  # fmt: skip
-    svc.pokes = PokeReader(r, K)
+    svc.follower.pokes = PokeReader(r, K)
     assert svc.run_one()
     return svc
 
@@ -40,13 +40,13 @@ def test_only_an_ended_poke_of_a_running_job_plans_rechecks(tmp_path, monkeypatc
     fake.set("10-busy")
     svc = service(fake, r)
     poke(r, K, ["1.vm"])  # jobobit-like poke of a job the server shows running
-    svc.pokes.read(block_ms=1000)
-    assert svc.serve_pokes() and state(svc) == RUNNING
-    assert svc.rechecks == {}
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes() and state(svc) == RUNNING
+    assert svc.follower.rechecks == {}
     poke(r, K, ["1.vm"], ended=True)  # the MoM saw it end
-    svc.pokes.read(block_ms=1000)
-    assert svc.serve_pokes() and state(svc) == RUNNING
-    assert list(svc.rechecks) == ["1.vm"] and svc.rechecks["1.vm"][1] == 1
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes() and state(svc) == RUNNING
+    assert list(svc.follower.rechecks) == ["1.vm"] and svc.follower.rechecks["1.vm"][1] == 1
 
 
 def test_an_ended_job_is_final_soon_after_the_server_knows(tmp_path, monkeypatch, r):
@@ -70,7 +70,7 @@ def test_an_ended_job_is_final_soon_after_the_server_knows(tmp_path, monkeypatch
           f"{len(refreshes)} qstat calls for it")  # fmt: skip
     assert 2 <= len(refreshes) <= 15  # re-checked, but not hammered
     assert int(r.hget(K.meta, "cycles_ok")) == 1  # no full cycle was needed
-    assert "1.vm" not in svc.rechecks and "1.vm" not in svc.pokes.ended
+    assert "1.vm" not in svc.follower.rechecks and "1.vm" not in svc.follower.pokes.ended
     drain(r, SITE)
     events = [e for e in site_events(r, SITE) if e["object_id"] == "1.vm"]
     assert [e["type"] for e in events] == ["new", "final"]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow import PokeReader
+from jobtap.collector.follow.pokes import PokeReader
 from jobtap.collector.service import CollectorService
 from jobtap.keys import POKES_MAXLEN, SiteKeys
 from jobtap.schema import TERMINAL
@@ -45,7 +45,7 @@ def captured(stage: str, job_id: str) -> dict:
 def service(fake: FakePBS, r) -> CollectorService:
     svc = CollectorService(Collector(fake.backend(), r, site=SITE, nodes_every=10**6),
                            interval=3600, follow=True)  # fmt: skip
-    svc.pokes = PokeReader(r, K)
+    svc.follower.pokes = PokeReader(r, K)
     assert svc.run_one()
     return svc
 
@@ -81,8 +81,8 @@ def test_a_final_from_the_hooks_record_needs_no_qstat(tmp_path, monkeypatch, r, 
     jobobit(tmp_path, redis_server, stage, job_id)
     (_id, fields), = r.xrange(K.pokes)  # fmt: skip
     assert fields[b"ids"] == job_id.encode() and b"record" in fields
-    svc.pokes.read(block_ms=1000)
-    assert svc.serve_pokes()
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes()
     assert len(qstat_calls(log)) == before  # no qstat for the job's end
     seen = svc.collector.tracker.of("job")[job_id]
     assert seen.state in TERMINAL
@@ -106,8 +106,8 @@ def test_the_fingerprint_agrees_with_the_listing(tmp_path, monkeypatch, r, redis
     svc = service(fake, r)
     fake.set("30-array-running")
     jobobit(tmp_path, redis_server, "30-array-running", "2[1].vm")
-    svc.pokes.read(block_ms=1000)
-    assert svc.serve_pokes()
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes()
     shipped = svc.collector.tracker.of("job")["2[1].vm"].fingerprint
     report = svc.collector.run_cycle(tier="reconcile")
     assert svc.collector.tracker.of("job")["2[1].vm"].fingerprint == shipped
@@ -130,8 +130,8 @@ def test_a_later_listing_that_differs_does_not_ship_the_job_again(
     conf = {"site": SITE, "redis": f"redis://127.0.0.1:{redis_server.port}/0",
             "stream": K.pokes, "maxlen": POKES_MAXLEN, "jobtap": "/bin/true"}  # fmt: skip
     run_hook(conf, tmp_path / "hook.json", "JOBOBIT", "2[4].vm", job=job)
-    svc.pokes.read(block_ms=1000)
-    assert svc.serve_pokes()
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes()
     drain(r, SITE)
     finals = [e for e in site_events(r, SITE) if e["object_id"] == "2[4].vm"]
     assert [e["type"] for e in finals][-1] == "final"
@@ -154,8 +154,8 @@ def test_a_record_less_poke_is_rechecked_with_qstat(tmp_path, monkeypatch, r, re
     (_id, fields), = r.xrange(K.pokes)  # fmt: skip
     assert fields[b"ids"] == b"3.vm" and b"record" not in fields  # a plain poke
     before = len(qstat_calls(log))
-    svc.pokes.read(block_ms=100)
-    assert svc.serve_pokes()
+    svc.follower.pokes.read(block_ms=100)
+    assert svc.follower.serve_pokes()
     calls = qstat_calls(log)[before:]
     assert len(calls) == 1 and "-x" in calls[0] and "3.vm" in calls[0]
     assert svc.collector.tracker.of("job")["3.vm"].state in TERMINAL
@@ -224,8 +224,8 @@ def test_a_record_is_shipped_while_a_record_less_poke_waits_for_qstat(
         return stat_some(ids)
 
     monkeypatch.setattr(backend, "stat_some", held_stat_some)
-    svc.pokes.pending["1.vm"] = None  # a runjob or modifyjob poke: no record
-    assert svc.serve_pokes()
+    svc.follower.pokes.pending["1.vm"] = None  # a runjob or modifyjob poke: no record
+    assert svc.follower.serve_pokes()
     assert waited == [True]
     seen = svc.collector.tracker.of("job")
     assert seen["3.vm"].state in TERMINAL and seen["1.vm"].state in TERMINAL
@@ -249,9 +249,9 @@ def test_a_record_poked_after_the_final_went_out_is_neither_read_nor_shipped(
     drain(r, SITE)
     calls = len(qstat_calls(log))
     jobobit(tmp_path, redis_server, "30-array-running", "2[1].vm")
-    svc.pokes.read(block_ms=1000)
-    ids = list(svc.pokes.pending)
-    report = svc.collector.refresh(ids, svc.poked_records(ids))
+    svc.follower.pokes.read(block_ms=1000)
+    ids = list(svc.follower.pokes.pending)
+    report = svc.collector.refresh(ids, svc.follower.carried_records(ids))
     assert report.counts.get("poked_record_after_final") == 1
     assert report.counts.get("chunks", 0) == 0 and len(qstat_calls(log)) == calls
     events = [e for e in site_events(r, SITE) if e["object_id"] == "2[1].vm"]

@@ -12,7 +12,8 @@ import pytest
 
 from jobtap.collector.backends.pbs import PBSBackend
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow import FeedThread, poke
+from jobtap.collector.follow.feed import FeedThread
+from jobtap.collector.follow.pokes import poke
 from jobtap.collector.metrics import REFRESH, CollectorMetrics, failure_cause
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
@@ -145,8 +146,9 @@ def test_pokes_are_counted_received_coalesced_and_refreshed(pbs, r):
     svc.start_follow()
     poke(r, K, ["1.vm", "3.vm"])
     poke(r, K, ["1.vm"])  # coalesced into the first
-    assert eventually(lambda: svc.pokes.read(block_ms=100) or svc.pokes.received) == 2
-    assert svc.serve_pokes()
+    pokes = svc.follower.pokes
+    assert eventually(lambda: pokes.read(block_ms=100) or pokes.received) == 2
+    assert svc.follower.serve_pokes()
     assert sample(metrics, "jobtap_collector_pokes_received_total") == 2
     assert sample(metrics, "jobtap_collector_pokes_coalesced_total") == 1
     assert sample(metrics, "jobtap_collector_poked_jobs_refreshed_total") == 2
@@ -156,8 +158,8 @@ def test_pokes_are_counted_received_coalesced_and_refreshed(pbs, r):
     # a refresh that fails is counted as such
     pbs.set("10-busy", mode="fail")
     poke(r, K, ["3.vm"])
-    eventually(lambda: svc.pokes.read(block_ms=100))
-    assert not svc.serve_pokes()
+    eventually(lambda: svc.follower.pokes.read(block_ms=100))
+    assert not svc.follower.serve_pokes()
     failed = sample(metrics, "jobtap_collector_stat_failures_total", tier=REFRESH,
                     cause="exit_status")  # fmt: skip
     assert failed == 1

@@ -13,6 +13,7 @@ import copy
 import orjson
 import pytest
 
+from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import Collector
 from tests.support.paths import fixtures_dir
@@ -26,6 +27,9 @@ class ScriptedPBS:
 
     def __init__(self, jobs: dict, nodes: dict):
         self.jobs, self.nodes = jobs, nodes
+
+    def poked_reads(self):
+        return PokedReads()
 
     def stat_jobs(self):
         return copy.deepcopy(self.jobs)

@@ -12,15 +12,8 @@ from __future__ import annotations
 import pytest
 
 from jobtap.collector.cycle import Collector, CycleFailed
-from jobtap.collector.plan import (
-    LISTING,
-    PROBE,
-    PUSHED,
-    RECONCILE,
-    SINGLES,
-    ObservationPlan,
-    ReadBudget,
-)
+from jobtap.collector.follow.budget import LISTING, SINGLES, ReadBudget
+from jobtap.collector.plan import PROBE, PUSHED, RECONCILE, ObservationPlan
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
@@ -408,7 +401,7 @@ def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
     col = collector(r, backend, clock=clock, pushed=True)
     col.run_cycle()  # a reconciliation: the first listing measured
     drain(r, SITE)
-    budget = col.plan.reads
+    budget = col.reads.budget
     assert budget.listing is not None
     budget.single_share = 0.0  # priced as measured
     budget.listing, budget.single = 1.0, 0.1  # a listing is worth ten single reads
@@ -424,12 +417,12 @@ def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
     assert rep.counts["read_listing"] == 1 and backend.calls == {"stat_jobs": 1, "stat_some": 1}
     assert rep.counts["changed"] == 27
     budget.listing, budget.single = 1.0, 0.1
-    assert col.refresh_delay(jobs) > 0  # spent: the next pokes wait
+    assert col.reads.delay(jobs) > 0  # spent: the next pokes wait
     drain(r, SITE)
     for job in jobs:
         assert [e["changes"].get("comment") for e in job_events(r, job)][-1][1] == "poked"
     polled = collector(r, CountingSim(seed=10, nodes=10, jobs=100, tick=0), pushed=False)
-    assert polled.refresh_delay(jobs) == 0.0
+    assert polled.reads.delay(jobs) == 0.0
 
 
 def test_a_single_read_is_priced_at_least_a_share_of_a_listing():

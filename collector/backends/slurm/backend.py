@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from jobtap.schema import EXITING, RUNNING, SUSPENDED, TERMINAL
 
-from ..base import BadRecord, Native, Probe, Record, StatError
+from ..base import BadRecord, Native, PokedReads, Probe, Record, StatError
 from ..common import CommandBackend
 from ..run import first_line
 from . import rest
@@ -281,6 +281,13 @@ class SlurmBackend(CommandBackend):
                 out.update(squeue_jobs(doc, document_format(doc, "slurmrestd"), "slurmrestd"))
             numbers = numbers[len(got) :]
         return self._without_volatile(out)
+
+    def poked_reads(self) -> PokedReads:
+        """Completion records come with their pokes (:mod:`.hook`), single reads
+        through slurmrestd, and ``sdiag`` says what each read costs slurmctld."""
+        return PokedReads(
+            carried=self.poked_record, costs=self.read_costs, singly=self.reads_singly
+        )
 
     def reads_singly(self) -> bool:
         """Whether :meth:`stat_some` reads live jobs one by one (slurmrestd)."""

@@ -1,111 +1,21 @@
-"""Follow mode: the scheduler says "job X just changed" and the collector
-refreshes exactly those jobs at once, between its periodic full stats.
-
-Every push source ends up in the site's poke stream ``jobtap:{S}:pokes``:
-``jobtap poke JOBID...`` (Slurm's PrologSlurmctld/EpilogSlurmctld, PBS hooks)
-appends to it; backends with an event feed of their own (Flux's events journal)
-are read by a thread that appends to it too.  The collector reads the stream,
-coalesces the ids (a job poked ten times is refreshed once), bounds each
-refresh, and never lets pokes delay the periodic full cycle, which stays the
-reconciliation that catches anything a push missed.
-"""
+"""A backend's own event feed (Flux's events journal), turned into pokes."""
 
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import redis
 
-from jobtap.keys import POKES_MAXLEN, SiteKeys
+from jobtap.keys import SiteKeys
 
-from .backends.base import EventFeed
+from ..backends.base import EventFeed
+from .pokes import poke
 
 log = logging.getLogger("jobtap.collector")
-
-
-def poke(
-    r: redis.Redis, keys: SiteKeys, job_ids: Sequence[str], source: str = "", *, ended: bool = False
-) -> str:
-    """Append one poke naming ``job_ids``; return its stream id.  ``ended``: the
-    jobs are known to have ended (a PBS MoM's epilogue saw it) although the
-    server may not show it yet (the ``ended`` field, ``1``)."""
-    fields = {"ids": " ".join(job_ids), "source": source or socket.gethostname()}
-    if ended:
-        fields["ended"] = "1"
-    entry = r.xadd(keys.pokes, fields, maxlen=POKES_MAXLEN, approximate=True)
-    return entry.decode() if isinstance(entry, bytes) else entry
-
-
-class PokeReader:
-    """Reads the poke stream from where it stood when the reader started (what
-    was poked while no collector ran is the first full cycle's business).
-
-    An entry with a ``probe`` field names no job: ``jobtap doctor`` sends one to
-    see that pokes are being read; its token is kept in :attr:`probes`.  The
-    ids of entries with ``ended`` set are also kept in :attr:`ended`: the
-    collector looks at those again until the scheduler shows them ended.
-    An entry naming one job with a ``record`` field (the PBS jobobit hook: the
-    job's final record as the scheduler will list it) keeps that record in
-    :attr:`records` until the job is refreshed; a later poke of the job
-    without one drops it (something changed after it: ask the scheduler)."""
-
-    def __init__(self, r: redis.Redis, keys: SiteKeys, *, max_pending: int = 10_000):
-        self.redis = r
-        self.keys = keys
-        self.max_pending = max_pending
-        self.pending: dict[str, None] = {}  # ordered set of ids waiting for a refresh
-        # Counted for jobtap_collector_pokes_*_total (collector/metrics.py).
-        self.received = self.coalesced = self.dropped = 0
-        self.probes: list[str] = []
-        self.ended: set[str] = set()
-        self.records: dict[str, bytes] = {}
-        last = r.xrevrange(keys.pokes, count=1)
-        self.last_id: str = last[0][0].decode() if last else "0-0"
-
-    def read(self, block_ms: int) -> int:
-        """Wait up to ``block_ms`` for pokes; add their ids to :attr:`pending`;
-        return how many entries were read."""
-        reply = self.redis.xread({self.keys.pokes: self.last_id}, count=1000, block=block_ms)
-        n = 0
-        for _stream, entries in reply or ():
-            for entry_id, fields in entries:
-                self.last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                n += 1
-                if b"probe" in fields:
-                    self.probes.append(fields[b"probe"].decode(errors="replace"))
-                    continue
-                ended = fields.get(b"ended") == b"1"
-                ids = (fields.get(b"ids") or b"").decode(errors="replace").split()
-                record = fields.get(b"record") if len(ids) == 1 else None
-                for jid in ids:
-                    if ended and len(self.ended) < self.max_pending:
-                        self.ended.add(jid)
-                    if record is not None and len(self.records) < self.max_pending:
-                        self.records[jid] = record
-                    else:
-                        self.records.pop(jid, None)
-                    if jid in self.pending:
-                        self.coalesced += 1
-                        continue
-                    if len(self.pending) >= self.max_pending:
-                        self.dropped += 1  # the next full cycle will see it anyway
-                        continue
-                    self.pending[jid] = None
-        self.received += n
-        return n
-
-    def take(self, limit: int) -> list[str]:
-        """Up to ``limit`` pending ids, oldest first."""
-        ids = list(self.pending)[:limit]
-        for jid in ids:
-            del self.pending[jid]
-        return ids
 
 
 class FeedThread(threading.Thread):
@@ -209,7 +119,7 @@ class FeedThread(threading.Thread):
                 self.up_at = time.monotonic()
                 self.up.set()
                 self.first_run_over.set()
-                self.set_status("up", feed_up_since=_now())
+                self.set_status("up", feed_up_since=now_iso())
             yield line
 
     def ended(self, *, got_any: bool, returncode: int | None) -> None:
@@ -248,7 +158,7 @@ class FeedThread(threading.Thread):
                 self.last_error = text
                 try:
                     self.redis.hset(self.keys.meta, mapping={
-                        "feed_last_error": text[:500], "feed_last_error_at": _now(),
+                        "feed_last_error": text[:500], "feed_last_error_at": now_iso(),
                     })  # fmt: skip
                 except redis.RedisError:
                     pass
@@ -259,5 +169,5 @@ class FeedThread(threading.Thread):
             self.proc.kill()
 
 
-def _now() -> str:
+def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
