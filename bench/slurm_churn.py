@@ -88,6 +88,9 @@ class Phase:
     slowest: list[tuple[float, str]] = field(default_factory=list)  # (latency, job), worst first
     missing: int = 0
     meta: dict[str, str] = field(default_factory=dict)
+    # Per job: its completion record's poke time less the epilog's poke time
+    # (negative: the record came first), from the poke stream's entry ids.
+    record_gaps: list[float] = field(default_factory=list)
 
     def reads(self) -> dict[str, tuple[int, int]]:
         out = {t: v for t, v in self.ctld.items() if is_read(t)}
@@ -216,6 +219,7 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
             with got:  # the last jobs' finals, for their latency (not measured in sdiag)
                 got.wait_for(lambda: set(work.ends) <= set(finals), timeout=90)
             phase.meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
+            phase.record_gaps = record_gaps(r.xrange(keys.pokes))
     finally:
         if client is not None:
             client.close()
@@ -233,6 +237,20 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
         phase.slowest.append((phase.latencies[-1], job))
     phase.slowest = sorted(phase.slowest, reverse=True)[:3]
     return phase
+
+
+def record_gaps(entries: list) -> list[float]:
+    """Seconds from each job's record-less ended poke (the epilog's) to the
+    poke carrying its completion record, for the jobs that had both."""
+    epilog: dict[bytes, float] = {}
+    record: dict[bytes, float] = {}
+    for entry_id, fields in entries:
+        at = int(entry_id.split(b"-")[0]) / 1000
+        if fields.get(b"ended") != b"1":
+            continue
+        seen = record if b"record" in fields else epilog
+        seen.setdefault(fields.get(b"ids", b""), at)
+    return [record[j] - epilog[j] for j in epilog if j in record]
 
 
 def fill_queue(held: int) -> None:
@@ -368,6 +386,15 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(f"{job} {lat * 1000:.0f} ms" for lat, job in follow.slowest),
                     flush=True,
                 )
+                gaps = follow.record_gaps
+                if gaps:
+                    print(
+                        f"  completion record after the epilog's poke: p50"
+                        f" {percentile(gaps, 50) * 1000:.0f} ms, p90"
+                        f" {percentile(gaps, 90) * 1000:.0f} ms, max {max(gaps) * 1000:.0f} ms;"
+                        f" record first for {sum(g < 0 for g in gaps)} of {len(gaps)} jobs",
+                        flush=True,
+                    )
             finally:
                 cancel_all()
                 if args.keep:

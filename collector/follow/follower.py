@@ -87,7 +87,7 @@ class Follower:
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         """Read the poke stream from now on; start the backend's event feed."""
-        self.pokes = PokeReader(self.redis, self.keys)
+        self.pokes = PokeReader(self.redis, self.keys, carried_soon=self.reads.ways.carried_soon)
         backend = self.collector.backend
         feed = ""
         if isinstance(backend, EventFeed):
@@ -119,9 +119,10 @@ class Follower:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            wait = min(left, 1.0, max(0.001, self.next_recheck() - time.monotonic()))
-            if self.pokes.pending:  # held by the read budget: gather pokes
-                wait = min(wait, max(0.001, self.reads.delay(self.pokes.pending)))
+            soonest = min(self.next_recheck(), self.pokes.next_release())
+            wait = min(left, 1.0, max(0.001, soonest - time.monotonic()))
+            if ready := self.pokes.ready():  # held by the read budget: gather pokes
+                wait = min(wait, max(0.001, self.reads.delay(ready)))
             try:
                 if self.pokes.read(block_ms=max(1, int(wait * 1000))):
                     self.note_pokes_read()
@@ -132,7 +133,8 @@ class Follower:
                 self.stop_event.wait(min(left, 1.0))
                 continue
             self.due_rechecks()
-            if self.pokes.pending and self.reads.delay(self.pokes.pending) <= 0:
+            self.serve_carried(None)  # a carried record costs no read: the budget does not hold it
+            if (ready := self.pokes.ready()) and self.reads.delay(ready) <= 0:
                 self.serve_pokes()
                 self.refresh_pause()  # bounds refreshes per second
 
@@ -384,7 +386,7 @@ class Follower:
         pending = self.pokes.pending
         if not pending or time.monotonic() < self._refresh_after:
             return
-        ids = list(pending)[: self.max_refresh]
+        ids = self.pokes.ready()[: self.max_refresh]
         if not self.reads.singly_now(ids):
             return
         for jid in ids:

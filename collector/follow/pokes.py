@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -43,12 +44,30 @@ class PokeReader:
     An entry naming one job with a ``record`` field (the PBS jobobit hook: the
     job's final record as the scheduler will list it) keeps that record in
     :attr:`records` until the job is refreshed; a later poke of the job
-    without one drops it (something changed after it: ask the scheduler)."""
+    without one drops it (something changed after it: ask the scheduler).
 
-    def __init__(self, r: redis.Redis, keys: SiteKeys, *, max_pending: int = 10_000):
+    ``carried_soon``: where another poke will bring an ended job's record a
+    moment later (Slurm: the epilog pokes, then jobcomp's script sends the
+    completion record), a record-less poke of an ended job is held that many
+    seconds for it (:meth:`ready`), once the stream has carried a record at
+    all: a site that sends none never waits."""
+
+    def __init__(
+        self,
+        r: redis.Redis,
+        keys: SiteKeys,
+        *,
+        max_pending: int = 10_000,
+        carried_soon: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.redis = r
         self.keys = keys
         self.max_pending = max_pending
+        self.carried_soon = carried_soon
+        self.clock = clock
+        self.records_seen = False  # a poke carried a record since the reader started
+        self.awaiting: dict[str, float] = {}  # ended, record-less: held until (clock)
         self.pending: dict[str, None] = {}  # ordered set of ids waiting for a refresh
         # Counted for jobtap_collector_pokes_*_total (collector/metrics.py).
         self.received = self.coalesced = self.dropped = 0
@@ -73,13 +92,18 @@ class PokeReader:
                 ended = fields.get(b"ended") == b"1"
                 ids = (fields.get(b"ids") or b"").decode(errors="replace").split()
                 record = fields.get(b"record") if len(ids) == 1 else None
+                if record is not None:
+                    self.records_seen = True
                 for jid in ids:
                     if ended and len(self.ended) < self.max_pending:
                         self.ended.add(jid)
                     if record is not None and len(self.records) < self.max_pending:
                         self.records[jid] = record
+                        self.awaiting.pop(jid, None)
                     else:
                         self.records.pop(jid, None)
+                        if ended and self.records_seen and self.carried_soon > 0:
+                            self.awaiting.setdefault(jid, self.clock() + self.carried_soon)
                     if jid in self.pending:
                         self.coalesced += 1
                         continue
@@ -90,9 +114,23 @@ class PokeReader:
         self.received += n
         return n
 
+    def ready(self) -> list[str]:
+        """The pending ids not held for a record another poke will carry
+        (``carried_soon``), oldest first."""
+        if not self.awaiting:
+            return list(self.pending)
+        now = self.clock()
+        for jid in [j for j, until in self.awaiting.items() if until <= now]:
+            del self.awaiting[jid]
+        return [j for j in self.pending if j not in self.awaiting]
+
+    def next_release(self) -> float:
+        """When the first held id stops waiting for its record (``clock``)."""
+        return min(self.awaiting.values(), default=float("inf"))
+
     def take(self, limit: int) -> list[str]:
-        """Up to ``limit`` pending ids, oldest first."""
-        ids = list(self.pending)[:limit]
+        """Up to ``limit`` pending ids that are :meth:`ready`, oldest first."""
+        ids = self.ready()[:limit]
         for jid in ids:
             del self.pending[jid]
         return ids

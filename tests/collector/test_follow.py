@@ -43,6 +43,31 @@ def test_reader_starts_after_what_was_already_poked(r):
     assert reader.take(10) == ["new.x"]
 
 
+def test_an_ended_poke_waits_for_the_record_another_poke_will_carry(r):
+    """Slurm's epilog pokes an ended job before jobcomp's script sends its
+    completion record: once the stream has carried a record, such a poke is
+    held (not ready) until its record comes or ``carried_soon`` passes; before
+    any record, or for a poke that does not say the job ended, nothing waits."""
+    now = [100.0]
+    reader = PokeReader(r, K, carried_soon=0.5, clock=lambda: now[0])
+    poke(r, K, ["1"], ended=True)  # no record seen yet: this site may send none
+    r.xadd(K.pokes, {"ids": "2", "record": b"{}", "ended": "1"})
+    poke(r, K, ["3"], ended=True)  # records come here: 3's is on its way
+    poke(r, K, ["4"])  # a start: nothing to wait for
+    assert reader.read(block_ms=1000) == 4
+    assert reader.ready() == ["1", "2", "4"] and list(reader.pending) == ["1", "2", "3", "4"]
+    assert reader.take(10) == ["1", "2", "4"] and reader.next_release() == 100.5
+    r.xadd(K.pokes, {"ids": "3", "record": b"{}", "ended": "1"})  # the record came
+    assert reader.read(block_ms=1000) == 1
+    assert reader.ready() == ["3"] and reader.records == {"2": b"{}", "3": b"{}"}
+    poke(r, K, ["5"], ended=True)  # its record never comes
+    assert reader.read(block_ms=1000) == 1 and reader.take(10) == ["3"]
+    now[0] += 0.49
+    assert reader.ready() == []
+    now[0] += 0.01
+    assert reader.take(10) == ["5"] and reader.next_release() == float("inf")
+
+
 def test_unknown_and_hostile_pokes_are_harmless(r):
     col = Collector(SimBackend(seed=3, nodes=10, jobs=50, tick=0), r, site=SITE)
     col.run_cycle()
