@@ -28,8 +28,8 @@ from datetime import datetime
 import click
 import redis
 
+from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import POKES_MAXLEN, SiteKeys
-from jobtap.workers.chunk import PRIORITIES
 
 from . import pokecheck
 from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
@@ -72,7 +72,7 @@ def _newer(a: str, b: str) -> bool:
 def check_collector(r: redis.Redis, keys: SiteKeys, meta: dict[str, str]) -> Check:
     if not meta:
         return Check("collector", FAIL, "no collector has ever written this site")
-    holder = r.hget(f"{keys.base}:collector", "holder")  # the lease (collector/lease.py)
+    holder = r.hget(f"{keys.base}:collector", "holder")  # the lease (jobtap.contract.lease)
     if holder is None:
         return Check("collector", FAIL, f"not running (status {meta.get('status', '?')}, "
                      f"stopped at {meta.get('stopped_at', '?')})")  # fmt: skip

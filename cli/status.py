@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from jobtap.connection import is_sentinel_url
+from jobtap.contract.chunk import PRIORITIES
+from jobtap.contract.epoch import CAUSES
 from jobtap.keys import SiteKeys
-from jobtap.workers.chunk import PRIORITIES
-from jobtap.workers.epoch import CAUSES
 
 from .options import (
     connect,
@@ -61,7 +61,7 @@ def status(redis_url, site, queue_redis, as_json):
             }
     info["streams"]["events"] = r.xlen(keys.events)
     info["jobs_known"] = r.hlen(keys.owner)
-    from jobtap.collector.lease import describe
+    from jobtap.contract.lease import describe
 
     info["lease"] = describe(r, keys)
     if as_json:

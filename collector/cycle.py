@@ -27,10 +27,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import redis
 
+from jobtap.contract import chunk
+from jobtap.contract.chunk import STATE, UPDATE, Item
+from jobtap.contract.lease import Lease, LeaseLost
 from jobtap.keys import SiteKeys
 from jobtap.schema import JOB, KINDS, NODE, QUEUE, TERMINAL
-from jobtap.workers import chunk
-from jobtap.workers.chunk import STATE, UPDATE, Item
 
 from .backends.base import (
     Backend,
@@ -48,7 +49,6 @@ from .backends.base import (
     check_object_id,
 )
 from .fingerprint import fingerprint, fingerprint_all
-from .lease import Lease, LeaseLost
 from .nodewatch import ON_NODES, NodeWatch
 from .plan import (
     LISTING,
@@ -344,7 +344,7 @@ class Collector:
         self._costs_ok = self._costs_failed = False
         self._costs_lock = threading.Lock()
         self._reads_since_sample = 0
-        # The site lease (collector/lease.py), set by the service: checked before
+        # The site lease (jobtap.contract.lease), set by the service: checked before
         # each write to Redis (the cycle counter, the shipment, the history
         # window); its generation goes into every chunk.  None: no lease (tests
         # and benchmarks that drive cycles by hand).
@@ -708,7 +708,7 @@ class Collector:
 
     def _send(self, pipe: redis.client.Pipeline) -> None:
         """Send the shipment: a process paused here past its lease ships chunks
-        of a deposed generation, which the workers drop (workers/fence.lua)."""
+        of a deposed generation, which the workers drop (the lease fence, jobtap.contract.lease)."""
         pipe.execute()
 
     def _normalise_jobs(

@@ -3,14 +3,14 @@
 - one cycle every ``interval`` seconds; a failed cycle (scheduler down, command
   timing out, garbage output, Redis away) changes nothing, is written to the
   ``meta`` hash and backs off exponentially up to ``max_backoff``;
-- one active collector per site, holding the site's lease (collector/lease.py:
+- one active collector per site, holding the site's lease (jobtap.contract.lease:
   ``lease`` seconds, 3 x the interval and at most 15 s by default); a second
   one waits as a standby and takes over within the lease once the active one
   stops renewing it (at once if it was a dead process on this host); the new
   holder's first cycle is a reconciliation; a collector that finds the lease
   gone (paused past it, Redis lost it) writes nothing more and steps down
   to a standby;
-- before every cycle it makes sure of the site's epoch (``workers/epoch.py``);
+- before every cycle it makes sure of the site's epoch (``jobtap.contract.epoch``);
   when a new one began (Redis came back empty, restarted, failed over, or went
   back to an older snapshot, which only the collector's own last cycle, kept on
   its host, can show), it reloads what Redis holds and ships every difference
@@ -38,15 +38,15 @@ import orjson
 import redis
 
 from jobtap.connection import publish_command
+from jobtap.contract.epoch import CAUSES, EpochCheck, epoch_args
+from jobtap.contract.lease import GUARDED_EPOCH_LUA, Holding, Lease, LeaseLost, default_lease
 from jobtap.schema import EXITING, JOB, TERMINAL
-from jobtap.workers.epoch import CAUSES, EPOCH_LUA, EpochCheck, epoch_args
 
 from . import plan
 from .backends.base import EventFeed, Native, RecordsAtHand, RecordsInPokes
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow import FeedThread, PokeReader
 from .hoststate import HostState
-from .lease import GUARDED_EPOCH_TAIL, Holding, Lease, LeaseLost, default_lease
 from .metrics import FULL, PROBE, PUSHED, REFRESH, CollectorMetrics, failure_cause
 
 _T = TypeVar("_T")
@@ -96,7 +96,7 @@ class CollectorService:
                            host=host)  # fmt: skip
         self.holder = self.lease.identity
         collector.lease = self.lease
-        self.guarded_epoch = self.redis.register_script(EPOCH_LUA + GUARDED_EPOCH_TAIL)
+        self.guarded_epoch = self.redis.register_script(GUARDED_EPOCH_LUA)
         self.takeovers = 0
         self.step_downs = 0
         self.reload = False  # reload the tracker from Redis at the next epoch check

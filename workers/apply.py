@@ -50,6 +50,9 @@ from tenacity import (
 )
 
 from jobtap.connection import AnyRedis, publish_command
+from jobtap.contract.chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
+from jobtap.contract.epoch import EPOCH_LUA, EpochGuard, epoch_args
+from jobtap.contract.lease import FENCE_LUA
 from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, make_event, object_key
 from jobtap.keys import SiteKeys
 from jobtap.schema import (
@@ -63,15 +66,13 @@ from jobtap.schema import (
     to_hash,
 )
 
-from .chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
-from .epoch import EPOCH_LUA, EpochGuard, epoch_args
 from .metrics import WorkerMetrics, lag_seconds, note_in_meta
 from .target import CLUSTER_CHANGES, Target, Targets
 
 log = logging.getLogger("jobtap.workers")
 
 _HERE = Path(__file__).parent
-_SCRIPT = EPOCH_LUA + (_HERE / "fence.lua").read_text() + (_HERE / "apply.lua").read_text()
+_SCRIPT = EPOCH_LUA + FENCE_LUA + (_HERE / "apply.lua").read_text()
 
 # Redis errors that end when Redis is back: restarting, loading its data, or a
 # primary that became a replica in a failover.
@@ -99,7 +100,7 @@ class Settings:
 
 
 class _Fenced(Exception):
-    """The chunk's lease generation is below the site's (fence.lua)."""
+    """The chunk's lease generation is below the site's (the lease fence, jobtap.contract.lease)."""
 
     def __init__(self, current: int):
         self.current = current
@@ -478,7 +479,7 @@ class Applier:
             ]
             for f, v in item.fields.items():
                 argv += [f, v]
-        argv.append(chunk.lease)  # last: the lease fence (fence.lua)
+        argv.append(chunk.lease)  # last: the lease fence (the lease fence, jobtap.contract.lease)
         return kargs, argv
 
 
