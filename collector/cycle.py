@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import redis
 
-from jobtap.contract import chunk
+from jobtap.contract import chunk, meta
 from jobtap.contract.chunk import STATE, UPDATE, Item
 from jobtap.contract.lease import Lease, LeaseLost
 from jobtap.keys import SiteKeys
@@ -72,7 +72,6 @@ MAX_BAD_REPORTED = 20
 # one by one (or a listing made) since: often in a burst, never when quiet.
 COSTS_EVERY = 30  # sdiag costs slurmctld up to 5 ms when busy: about a listing
 SAMPLE_AFTER = 5
-HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
 # A finished job forgotten (gone from the live list) is looked up again after a
 # Redis loss for this long: its final may have been in a chunk the loss took.
 FORGOTTEN_KEEP_S = 600.0
@@ -131,15 +130,14 @@ class CycleReport:
         per tier when it last ran, how long it took, what its commands cost
         (count and bytes printed) and how many jobs it stat'ed.  Kept per tier
         so that ``jobtap status`` shows both the probe and the reconciliation."""
-        prefix = f"{self.tier}_last"
         jobs = self.counts.get("jobs" if self.tier == RECONCILE else "targeted_found", 0)
         return {
-            "last_tier": self.tier,
-            f"{prefix}_at": self.observed_at,
-            f"{prefix}_s": round(duration, 4),
-            f"{prefix}_commands": sum(c for c, _ in self.costs.values()),
-            f"{prefix}_bytes": sum(b for _, b in self.costs.values()),
-            f"{prefix}_jobs": jobs,
+            meta.LAST_TIER: self.tier,
+            meta.tier_last(self.tier, "at"): self.observed_at,
+            meta.tier_last(self.tier, "s"): round(duration, 4),
+            meta.tier_last(self.tier, "commands"): sum(c for c, _ in self.costs.values()),
+            meta.tier_last(self.tier, "bytes"): sum(b for _, b in self.costs.values()),
+            meta.tier_last(self.tier, "jobs"): jobs,
         }
 
 
@@ -364,7 +362,7 @@ class Collector:
         self.job_nodes_known = self.node_states_known = False
         self.plan.reset()  # what the probe remembered is no longer a baseline
         if self.ended_lister is not None and self.window_start is None:
-            saved = self.redis.hget(self.keys.meta, HISTORY_WINDOW)
+            saved = self.redis.hget(self.keys.meta, meta.HISTORY_WINDOW)
             try:
                 self.window_start = float(saved) if saved else None
             except ValueError:
@@ -405,10 +403,10 @@ class Collector:
         if self.lease is not None:
             self.lease.check()
         with self._cycle_lock:  # a refresh may run beside a cycle (service._run_cycle)
-            cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
+            cycle = int(self.redis.hincrby(self.keys.meta, meta.CYCLE, 1))
             if cycle <= self.last_cycle:
                 cycle = self.last_cycle + 1
-                self.redis.hset(self.keys.meta, "cycle", cycle)
+                self.redis.hset(self.keys.meta, meta.CYCLE, cycle)
             self.last_cycle = cycle
             return cycle
 
@@ -927,10 +925,10 @@ class Collector:
             self.recent_finals[jid] = now
         try:
             if self.lease is None:
-                self.redis.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}")
+                self.redis.hset(self.keys.meta, meta.HISTORY_WINDOW, f"{wall_started:.3f}")
             else:
                 guarded = self.lease.guarded()
-                guarded.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}").execute()
+                guarded.hset(self.keys.meta, meta.HISTORY_WINDOW, f"{wall_started:.3f}").execute()
         except (redis.RedisError, LeaseLost) as exc:  # only a restart's first window is at stake
             log.warning("cannot note the history window: %s", exc)
 

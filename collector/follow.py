@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 
 import redis
 
+from jobtap.contract import meta
 from jobtap.keys import POKES_MAXLEN, SiteKeys
 
 from .backends.base import EventFeed
@@ -209,7 +210,7 @@ class FeedThread(threading.Thread):
                 self.up_at = time.monotonic()
                 self.up.set()
                 self.first_run_over.set()
-                self.set_status("up", feed_up_since=_now())
+                self.set_status("up", **{meta.FEED_UP_SINCE: _now()})
             yield line
 
     def ended(self, *, got_any: bool, returncode: int | None) -> None:
@@ -221,14 +222,14 @@ class FeedThread(threading.Thread):
         status = "failing" if self.failures >= self.FAILING_AFTER else "restarting"
         if not self.last_error and returncode:
             self.last_error = f"exited with status {returncode}"
-        self.set_status(status, feed_restarts=self.restarts)
+        self.set_status(status, **{meta.FEED_RESTARTS: self.restarts})
 
     def set_status(self, status: str, **fields: object) -> None:
         """Note the feed's health in ``meta``; Redis being away loses only that."""
         self.status = status
-        mapping = {"feed_status": status, "feed_failures": self.failures, **fields}
+        mapping = {meta.FEED_STATUS: status, meta.FEED_FAILURES: self.failures, **fields}
         if self.last_error:
-            mapping["feed_last_error"] = self.last_error[:500]
+            mapping[meta.FEED_LAST_ERROR] = self.last_error[:500]
         try:
             self.redis.hset(self.keys.meta, mapping=mapping)
         except redis.RedisError as exc:
@@ -248,7 +249,7 @@ class FeedThread(threading.Thread):
                 self.last_error = text
                 try:
                     self.redis.hset(self.keys.meta, mapping={
-                        "feed_last_error": text[:500], "feed_last_error_at": _now(),
+                        meta.FEED_LAST_ERROR: text[:500], meta.FEED_LAST_ERROR_AT: _now(),
                     })  # fmt: skip
                 except redis.RedisError:
                     pass

@@ -38,6 +38,7 @@ import orjson
 import redis
 
 from jobtap.connection import publish_command
+from jobtap.contract import meta
 from jobtap.contract.epoch import CAUSES, EpochCheck, epoch_args
 from jobtap.contract.lease import GUARDED_EPOCH_LUA, Holding, Lease, LeaseLost, default_lease
 from jobtap.schema import EXITING, JOB, TERMINAL
@@ -58,8 +59,6 @@ HOST = socket.gethostname()
 
 # Exit status of a run whose cycles went well but whose event feed never came up.
 FEED_FAILED = 3
-FEED_FIELDS = ("feed", "feed_status", "feed_restarts", "feed_failures", "feed_last_error",
-               "feed_last_error_at", "feed_up_since")  # fmt: skip
 
 
 class AlreadyRunning(RuntimeError):
@@ -302,7 +301,7 @@ class CollectorService:
             if self.lease.held:
                 try:
                     self.lease.guarded().hset(
-                        self.keys.meta, mapping={"status": "stopped", "stopped_at": _now()}
+                        self.keys.meta, mapping={meta.STATUS: "stopped", meta.STOPPED_AT: _now()}
                     ).execute()
                 except (redis.RedisError, LeaseLost):
                     pass
@@ -316,7 +315,7 @@ class CollectorService:
         start follow mode."""
         self.lease.start_keeper()
         self.write_meta_start()
-        self.lease.guarded().hdel(self.keys.meta, *FEED_FIELDS).execute()  # an earlier run's
+        self.lease.guarded().hdel(self.keys.meta, *meta.FEED_FIELDS).execute()  # an earlier run's
         if self.follow:
             self.start_follow()
 
@@ -336,7 +335,9 @@ class CollectorService:
             self.feed = FeedThread(backend, self.redis, self.keys)
             self.feed.start()
             feed = f"{getattr(backend, 'scheduler', 'scheduler')} event feed"
-        self.lease.guarded().hset(self.keys.meta, mapping={"follow": 1, "feed": feed}).execute()
+        self.lease.guarded().hset(
+            self.keys.meta, mapping={meta.FOLLOW: 1, meta.FEED: feed}
+        ).execute()
         if self.metrics is not None:
             self.metrics.watch_pokes(self.pokes)
             if self.feed is not None:
@@ -391,10 +392,10 @@ class CollectorService:
         """Say in ``meta`` how far the poke stream has been read (and which
         probes of ``jobtap doctor`` were seen): the proof pokes are consumed."""
         assert self.pokes is not None
-        fields: dict[str, str] = {"pokes_read": self.pokes.last_id}
+        fields: dict[str, str] = {meta.POKES_READ: self.pokes.last_id}
         if self.pokes.probes:
-            fields["probe_seen"] = self.pokes.probes[-1]
-            fields["probe_seen_at"] = _now()
+            fields[meta.PROBE_SEEN] = self.pokes.probes[-1]
+            fields[meta.PROBE_SEEN_AT] = _now()
             self.pokes.probes.clear()
         self.lease.guarded().hset(self.keys.meta, mapping=fields).execute()
 
@@ -502,7 +503,7 @@ class CollectorService:
             if self.metrics is not None:
                 self.metrics.cycle_failed(str(exc), REFRESH)
             try:
-                self.lease.guarded().hincrby(self.keys.meta, "refreshes_failed", 1).execute()
+                self.lease.guarded().hincrby(self.keys.meta, meta.REFRESHES_FAILED, 1).execute()
             except (redis.RedisError, LeaseLost):
                 pass
             return False
@@ -510,13 +511,13 @@ class CollectorService:
             self.metrics.cycle_done(report, time.perf_counter() - t0, REFRESH)
         try:
             pipe = self.lease.guarded()
-            pipe.hincrby(self.keys.meta, "refreshes", 1)
-            pipe.hincrby(self.keys.meta, "poked_jobs_refreshed", report.counts.get("poked", 0))
+            pipe.hincrby(self.keys.meta, meta.REFRESHES, 1)
+            pipe.hincrby(self.keys.meta, meta.POKED_JOBS_REFRESHED, report.counts.get("poked", 0))
             pipe.hset(self.keys.meta, mapping={
-                "last_refresh_at": report.observed_at,
-                "pokes_received": self.pokes.received,
-                "pokes_coalesced": self.pokes.coalesced,
-                "pokes_dropped": self.pokes.dropped,
+                meta.LAST_REFRESH_AT: report.observed_at,
+                meta.POKES_RECEIVED: self.pokes.received,
+                meta.POKES_COALESCED: self.pokes.coalesced,
+                meta.POKES_DROPPED: self.pokes.dropped,
             })  # fmt: skip
             pipe.execute()
         except (redis.RedisError, LeaseLost):
@@ -692,16 +693,16 @@ class CollectorService:
         self.lease.guarded().hset(
             self.keys.meta,
             mapping={
-                "status": "starting",
-                "backend": self.backend_name,
-                "interval": self.interval,
-                "reconcile_every": self.collector.plan.reconcile_every,
-                "probing": int(self.collector.plan.probing),
-                "pushed": int(self.collector.plan.pushed),
-                "collector": self.holder,
-                "started_at": _now(),
-                "follow": int(self.follow),
-                "lease_holder": self.holder,
+                meta.STATUS: "starting",
+                meta.BACKEND: self.backend_name,
+                meta.INTERVAL: self.interval,
+                meta.RECONCILE_EVERY: self.collector.plan.reconcile_every,
+                meta.PROBING: int(self.collector.plan.probing),
+                meta.PUSHED: int(self.collector.plan.pushed),
+                meta.COLLECTOR: self.holder,
+                meta.STARTED_AT: _now(),
+                meta.FOLLOW: int(self.follow),
+                meta.LEASE_HOLDER: self.holder,
             },
         ).execute()
 
@@ -719,31 +720,31 @@ class CollectorService:
     def succeeded(self, report: CycleReport, duration: float) -> None:
         self.failures = 0
         fields = {
-            "status": "ok",
-            "last_cycle": report.cycle,
-            "last_cycle_at": report.observed_at,
-            "last_ok_at": report.observed_at,
-            "last_duration_s": round(duration, 4),
-            "consecutive_failures": 0,
-            "last_warning": "; ".join(report.warnings)[:1000],
+            meta.STATUS: "ok",
+            meta.LAST_CYCLE: report.cycle,
+            meta.LAST_CYCLE_AT: report.observed_at,
+            meta.LAST_OK_AT: report.observed_at,
+            meta.LAST_DURATION_S: round(duration, 4),
+            meta.CONSECUTIVE_FAILURES: 0,
+            meta.LAST_WARNING: "; ".join(report.warnings)[:1000],
         }
         for name, value in report.counts.items():
-            fields[f"count_{name}"] = value
+            fields[meta.count(name)] = value
         for stage, secs in report.timings.items():
-            fields[f"time_{stage}_s"] = round(secs, 4)
+            fields[meta.stage_time(stage)] = round(secs, 4)
         fields.update(report.tier_fields(duration))
         fields.update(self.facts_changed())
         if self.feed is not None:
-            fields["feed_restarts"] = self.feed.restarts
+            fields[meta.FEED_RESTARTS] = self.feed.restarts
         pipe = self.lease.guarded()
         pipe.hset(self.keys.meta, mapping=fields)
-        pipe.hincrby(self.keys.meta, "cycles_ok", 1)
-        pipe.hincrby(self.keys.meta, f"cycles_{report.tier}", 1)
-        pipe.hincrby(self.keys.meta, "chunks_shipped", report.counts.get("chunks", 0))
+        pipe.hincrby(self.keys.meta, meta.CYCLES_OK, 1)
+        pipe.hincrby(self.keys.meta, meta.cycles_of(report.tier), 1)
+        pipe.hincrby(self.keys.meta, meta.CHUNKS_SHIPPED, report.counts.get("chunks", 0))
         pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
         if report.bad:
-            pipe.hset(self.keys.meta, mapping={"last_bad": "; ".join(report.bad)[:2000]})
-            pipe.hincrby(self.keys.meta, "bad_records", report.counts.get("bad", 0))
+            pipe.hset(self.keys.meta, mapping={meta.LAST_BAD: "; ".join(report.bad)[:2000]})
+            pipe.hincrby(self.keys.meta, meta.BAD_RECORDS, report.counts.get("bad", 0))
         pipe.execute()
         if self.metrics is not None:
             self.metrics.cycle_done(report, duration, METRICS_TIER[report.tier])
@@ -777,23 +778,23 @@ class CollectorService:
             message,
             extra={
                 "fields": {
-                    "consecutive_failures": self.failures,
+                    meta.CONSECUTIVE_FAILURES: self.failures,
                     "retry_in_s": round(self.backoff(), 1),
                 }
             },
         )
         fields = {
-            "status": "failing",
-            "last_error": message[:1000],
-            "last_error_at": _now(),
-            "last_duration_s": round(duration, 4),
-            "consecutive_failures": self.failures,
+            meta.STATUS: "failing",
+            meta.LAST_ERROR: message[:1000],
+            meta.LAST_ERROR_AT: _now(),
+            meta.LAST_DURATION_S: round(duration, 4),
+            meta.CONSECUTIVE_FAILURES: self.failures,
         }
         try:
             pipe = self.lease.guarded()
             pipe.hset(self.keys.meta, mapping=fields)
-            pipe.hincrby(self.keys.meta, "cycles_failed", 1)
-            pipe.hincrby(self.keys.meta, f"failures_{cause}", 1)
+            pipe.hincrby(self.keys.meta, meta.CYCLES_FAILED, 1)
+            pipe.hincrby(self.keys.meta, meta.failures_of(cause), 1)
             pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
             pipe.execute()
         except (redis.RedisError, LeaseLost):

@@ -10,6 +10,7 @@ from .contract.keys import SiteKeys as SiteKeys
 from .contract.keys import bell_key as bell_key
 from .contract.keys import check_site as check_site
 from .contract.keys import escape_user as escape_user
+from .contract.keys import is_user_channel as is_user_channel
 from .contract.keys import unescape_user as unescape_user
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "bell_key",
     "check_site",
     "escape_user",
+    "is_user_channel",
     "unescape_user",
 ]

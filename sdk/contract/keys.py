@@ -25,6 +25,7 @@ __all__ = [
     "bell_key",
     "check_site",
     "escape_user",
+    "is_user_channel",
     "unescape_user",
 ]
 
@@ -49,6 +50,11 @@ def escape_user(user: str) -> str:
     if not user:
         raise BadName("empty user name")
     return _SAFE_USER.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), user)
+
+
+def is_user_channel(name: str, user: str) -> bool:
+    """Whether ``name`` is ``user``'s channel on some site."""
+    return name.startswith(f"{PREFIX}:{{") and name.endswith(f":u:{escape_user(user)}")
 
 
 def unescape_user(escaped: str) -> str:
