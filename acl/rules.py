@@ -35,7 +35,6 @@ channels are still allowed, so a re-sync does not disturb them.
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -44,7 +43,14 @@ from typing import Any
 
 import redis
 
-from jobtap.keys import SiteKeys, check_site, escape_user
+from jobtap.keys import (
+    EVERY_KEY,
+    EVERY_STREAM,
+    SITE_IN_PATTERN,
+    SiteKeys,
+    check_site,
+    is_user_channel,
+)
 
 from .nodes import NODE_ERRORS, AclNode, acl_nodes, data_client
 
@@ -117,7 +123,7 @@ WRITER_COMMANDS = (
     # a cluster: topology, redirections, and waiting for a replica to have a batch
     "cluster|slots", "readonly", "asking", "wait",
 )  # fmt: skip
-WRITER_KEYS = ("jobtap:*", "rq:*")
+WRITER_KEYS = (EVERY_KEY, "rq:*")
 
 # Operators read everything; KEYS and SORT_RO (the two @read commands Redis calls
 # dangerous) are left out, SCAN is there.
@@ -128,7 +134,7 @@ OPERATOR_COMMANDS = (
     "+subscribe", "+unsubscribe", "+psubscribe", "+punsubscribe", "+ssubscribe",
     "+sunsubscribe", "+cluster|slots", "+readonly", "+asking",
 )  # fmt: skip
-OPERATOR_GROUP_KEYS = ("jobtap:*:events",)
+OPERATOR_GROUP_KEYS = (EVERY_STREAM,)
 OPERATOR_GROUP_COMMANDS = (*GROUP_COMMANDS, "xgroup|createconsumer", "xclaim")
 
 # ``jobtap poke`` (collector/follow/pokes.py): XADD to the poke stream of a site.
@@ -192,9 +198,9 @@ def user_rules(
     for site in _sites(sites):
         k = SiteKeys(site)
         keys += [
-            f"{k.user_base(user)}:*",
-            f"{k.base}:node:*",
-            f"{k.base}:queue:*",
+            k.user_pattern(user),
+            k.node_pattern,
+            k.queue_pattern,
             k.node_index,
             k.queue_index,
         ]
@@ -277,7 +283,6 @@ def hash_password(password: str) -> str:
 
 
 # -- operations against an admin connection -------------------------------------------------------
-_SITE_IN_RULE = re.compile(r"jobtap:\{([A-Za-z0-9._-]+)\}:")
 
 
 @dataclass
@@ -292,16 +297,13 @@ class Existing:
     def sites(self) -> set[str]:
         """The sites named in its key and channel patterns."""
         text = " ".join([str(self.raw.get("keys", "")), str(self.raw.get("channels", ""))])
-        return set(_SITE_IN_RULE.findall(text))
+        return set(SITE_IN_PATTERN.findall(text))
 
     def made_for(self, user: str) -> bool:
         """Whether this looks like the Redis user ``jobtap acl`` made for cluster
         user ``user`` (it has that user's channel), not another application's."""
-        suffix = f":u:{escape_user(user)}"
-        return any(
-            t.startswith("&jobtap:{") and t.endswith(suffix)
-            for t in str(self.raw.get("channels", "")).split()
-        )
+        channels = str(self.raw.get("channels", "")).split()
+        return any(t.startswith("&") and is_user_channel(t[1:], user) for t in channels)
 
 
 @dataclass

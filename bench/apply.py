@@ -55,9 +55,9 @@ import orjson
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import normalise_job
 from jobtap.collector.ship import Shipper, chunked
+from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
-from jobtap.workers.chunk import Chunk
 from jobtap.workers.metrics import WorkerMetrics, note_in_meta
 from jobtap.workers.service import run_worker, tune_gc
 from tests.support.paths import fixtures_dir

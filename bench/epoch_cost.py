@@ -2,7 +2,7 @@
 
     python -m bench.epoch_cost [--jobs 5000] [--rounds 4] [--checks 20000]
 
-Every apply script first runs ensure_epoch (workers/epoch.lua: one HMGET of meta,
+Every apply script first runs ensure_epoch (jobtap.contract.epoch: one HMGET of meta,
 INFO server, a string match).  Wall-clock throughput on a shared 2-core machine
 is too noisy to show a cost this small, so this measures Redis' own CPU time per
 call (INFO commandstats, usec_per_call): the apply script on batches of 50 real
@@ -20,10 +20,10 @@ from pathlib import Path
 import redis
 
 from jobtap.cli.localredis import RedisServer
+from jobtap.contract.chunk import Chunk, upsert
+from jobtap.contract.epoch import EpochGuard
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
-from jobtap.workers.chunk import Chunk, upsert
-from jobtap.workers.epoch import EpochGuard
 from tests.support.records import job_record
 
 SITE = "cost"

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from jobtap.workers.chunk import Chunk
+from jobtap.contract.chunk import Chunk
 
 SITE = "bench"
 JOBS_PER_SUB = 20

@@ -44,8 +44,8 @@ def record(n: int, version: int) -> dict:
 def fill(url: str, events: int) -> int:
     import redis
 
+    from jobtap.contract.chunk import Chunk
     from jobtap.workers.apply import Applier, Settings
-    from jobtap.workers.chunk import Chunk
 
     applier = Applier(redis.Redis.from_url(url), Settings(site_maxlen=events * 2))
     jobs = max(1, events // VERSIONS)

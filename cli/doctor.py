@@ -28,8 +28,9 @@ from datetime import datetime
 import click
 import redis
 
+from jobtap.contract import meta as field
+from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import POKES_MAXLEN, SiteKeys
-from jobtap.workers.chunk import PRIORITIES
 
 from . import pokecheck
 from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
@@ -72,14 +73,14 @@ def _newer(a: str, b: str) -> bool:
 def check_collector(r: redis.Redis, keys: SiteKeys, meta: dict[str, str]) -> Check:
     if not meta:
         return Check("collector", FAIL, "no collector has ever written this site")
-    holder = r.hget(f"{keys.base}:collector", "holder")  # the lease (collector/lease.py)
+    holder = r.hget(keys.lease, "holder")  # the lease (jobtap.contract.lease)
     if holder is None:
-        return Check("collector", FAIL, f"not running (status {meta.get('status', '?')}, "
-                     f"stopped at {meta.get('stopped_at', '?')})")  # fmt: skip
+        return Check("collector", FAIL, f"not running (status {meta.get(field.STATUS, '?')}, "
+                     f"stopped at {meta.get(field.STOPPED_AT, '?')})")  # fmt: skip
     host, _, rest = holder.decode().partition(":")
-    interval = float(meta.get("interval") or 5)
-    age = _age(meta.get("last_cycle_at"))
-    where = f"on {host} (pid {rest.split(':')[0]}), backend {meta.get('backend', '?')}"
+    interval = float(meta.get(field.INTERVAL) or 5)
+    age = _age(meta.get(field.LAST_CYCLE_AT))
+    where = f"on {host} (pid {rest.split(':')[0]}), backend {meta.get(field.BACKEND, '?')}"
     if age is None:
         return Check("collector", WARN, f"running {where}, no cycle done yet")
     if age > 3 * interval + 30:
@@ -87,15 +88,15 @@ def check_collector(r: redis.Redis, keys: SiteKeys, meta: dict[str, str]) -> Che
             "collector",
             FAIL,
             f"running {where} but its last cycle was {age:.0f} s "
-            f"ago (every {interval:g} s); last error: {meta.get('last_error', '-')}",
+            f"ago (every {interval:g} s); last error: {meta.get(field.LAST_ERROR, '-')}",
         )
-    level = OK if meta.get("status") == "ok" else WARN
+    level = OK if meta.get(field.STATUS) == "ok" else WARN
     return Check("collector", level, f"running {where}, last cycle {age:.0f} s ago "
-                 f"(status {meta.get('status')})")  # fmt: skip
+                 f"(status {meta.get(field.STATUS)})")  # fmt: skip
 
 
 def check_follow(meta: dict[str, str]) -> Check:
-    if meta.get("follow") == "1":
+    if meta.get(field.FOLLOW) == "1":
         return Check("follow", OK, "the collector runs with --follow")
     return Check("follow", FAIL, "the collector does not run with --follow: pokes are not "
                  "read, changes wait for the next full stat")  # fmt: skip
@@ -104,11 +105,11 @@ def check_follow(meta: dict[str, str]) -> Check:
 def check_scheduler(meta: dict[str, str]) -> Check | None:
     """What the collector's backend says of the scheduler and of how it reads
     it (Slurm: the release, the JSON version, the paths in use), when it says."""
-    if not meta.get("scheduler"):
+    if not meta.get(field.SCHEDULER):
         return None
-    paths = meta.get("scheduler_paths", "")
+    paths = meta.get(field.SCHEDULER_PATHS, "")
     level = WARN if "unusable" in paths else OK
-    detail = f"{meta['scheduler']}; {paths}" if paths else meta["scheduler"]
+    detail = f"{meta[field.SCHEDULER]}; {paths}" if paths else meta[field.SCHEDULER]
     return Check("scheduler", level, detail)
 
 
@@ -138,15 +139,15 @@ def check_pokes_read(r: redis.Redis, keys: SiteKeys, meta: dict[str, str]) -> Ch
     if not last:
         return Check("pokes read", OK, "nothing to read")
     last_id = last[0][0].decode()
-    read = meta.get("pokes_read")
+    read = meta.get(field.POKES_READ)
     if read is None or _newer(last_id, read):
         unread = r.xrange(keys.pokes, min=f"({read}" if read else "-", count=10_000)
         oldest = time.time() - _entry_time(unread[0][0]) if unread else 0.0
         if oldest > 5:
             return Check("pokes read", FAIL, f"{len(unread)} pokes unread, the oldest for "
                          f"{oldest:.0f} s: the collector is not reading them")  # fmt: skip
-    return Check("pokes read", OK, f"read up to {read}, {meta.get('refreshes', 0)} refreshes "
-                 f"({meta.get('refreshes_failed', 0)} failed)")  # fmt: skip
+    return Check("pokes read", OK, f"read up to {read}, {meta.get(field.REFRESHES, 0)} refreshes "
+                 f"({meta.get(field.REFRESHES_FAILED, 0)} failed)")  # fmt: skip
 
 
 def probe(r: redis.Redis, keys: SiteKeys, wait: float) -> Check:
@@ -160,7 +161,7 @@ def probe(r: redis.Redis, keys: SiteKeys, wait: float) -> Check:
         return Check("probe", WARN, f"cannot send a probe poke with this user ({exc})")
     deadline = started + wait
     while time.monotonic() < deadline:
-        if r.hget(keys.meta, "probe_seen") == token.encode():
+        if r.hget(keys.meta, field.PROBE_SEEN) == token.encode():
             took = (time.monotonic() - started) * 1000
             return Check("probe", OK, f"a probe poke was read by the collector in {took:.0f} ms")
         time.sleep(0.01)
@@ -168,13 +169,13 @@ def probe(r: redis.Redis, keys: SiteKeys, wait: float) -> Check:
 
 
 def check_feed(meta: dict[str, str]) -> Check | None:
-    if not meta.get("feed"):
+    if not meta.get(field.FEED):
         return None
-    status = meta.get("feed_status", "?")
-    detail = f"{meta['feed']} {status}, {meta.get('feed_restarts', 0)} restarts"
+    status = meta.get(field.FEED_STATUS, "?")
+    detail = f"{meta[field.FEED]} {status}, {meta.get(field.FEED_RESTARTS, 0)} restarts"
     if status == "up":
-        return Check("feed", OK, f"{detail}, up since {meta.get('feed_up_since', '?')}")
-    error = meta.get("feed_last_error", "-")
+        return Check("feed", OK, f"{detail}, up since {meta.get(field.FEED_UP_SINCE, '?')}")
+    error = meta.get(field.FEED_LAST_ERROR, "-")
     return Check("feed", FAIL if status == "failing" else WARN, f"{detail}; last error: {error}")
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from jobtap.connection import is_sentinel_url
+from jobtap.contract import meta as field
+from jobtap.contract.chunk import PRIORITIES
+from jobtap.contract.epoch import CAUSES
 from jobtap.keys import SiteKeys
-from jobtap.workers.chunk import PRIORITIES
-from jobtap.workers.epoch import CAUSES
 
 from .options import (
     connect,
@@ -61,75 +62,82 @@ def status(redis_url, site, queue_redis, as_json):
             }
     info["streams"]["events"] = r.xlen(keys.events)
     info["jobs_known"] = r.hlen(keys.owner)
-    from jobtap.collector.lease import describe
+    from jobtap.contract.lease import describe
 
     info["lease"] = describe(r, keys)
     if as_json:
         click.echo(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
         return
-    state = meta.get("status", "?")
+    state = meta.get(field.STATUS, "?")
     colour = {"ok": "green", "failing": "red"}.get(state, "yellow")
     click.echo(
         f"site {site}: collector "
         + click.style(state, fg=colour, bold=True)
-        + f" (backend {meta.get('backend', '?')}, every {meta.get('interval', '?')}s)"
+        + f" (backend {meta.get(field.BACKEND, '?')}, every {meta.get(field.INTERVAL, '?')}s)"
     )
     click.echo(
-        f"  last cycle   {meta.get('last_cycle', '-')} at {meta.get('last_cycle_at', '-')}"
-        f" took {meta.get('last_duration_s', '-')}s"
+        f"  last cycle   {meta.get(field.LAST_CYCLE, '-')} at {meta.get(field.LAST_CYCLE_AT, '-')}"
+        f" took {meta.get(field.LAST_DURATION_S, '-')}s"
     )
-    if meta.get("scheduler"):  # what the backend says of it (Slurm: release, read paths)
-        click.echo(f"  scheduler    {meta['scheduler']}")
-    if meta.get("scheduler_paths"):
-        click.echo(f"  reads        {meta['scheduler_paths']}")
+    if meta.get(field.SCHEDULER):  # what the backend says of it (Slurm: release, read paths)
+        click.echo(f"  scheduler    {meta[field.SCHEDULER]}")
+    if meta.get(field.SCHEDULER_PATHS):
+        click.echo(f"  reads        {meta[field.SCHEDULER_PATHS]}")
     for line in lease_lines(info["lease"], meta):
         click.echo(line)
     for line in tier_lines(meta):
         click.echo(line)
     click.echo(f"  epoch        {_epoch_line(meta)}")
     click.echo(
-        f"  jobs         {meta.get('count_jobs', '-')} live, {info['jobs_known']} known"
-        f"; nodes {meta.get('count_nodes', '-')}; queues {meta.get('count_queues', '-')}"
+        f"  jobs         {meta.get(field.count('jobs'), '-')} live, {info['jobs_known']} known"
+        f"; nodes {meta.get(field.count('nodes'), '-')}"
+        f"; queues {meta.get(field.count('queues'), '-')}"
     )
     click.echo(
-        f"  cycles       {meta.get('cycles_ok', 0)} ok, {meta.get('cycles_failed', 0)} failed"
-        f", {meta.get('consecutive_failures', 0)} failing now"
+        f"  cycles       {meta.get(field.CYCLES_OK, 0)} ok,"
+        f" {meta.get(field.CYCLES_FAILED, 0)} failed"
+        f", {meta.get(field.CONSECUTIVE_FAILURES, 0)} failing now"
     )
     click.echo(
-        f"  last stat    {meta.get('count_changed', 0)} changed, "
-        f"{meta.get('count_vanished', 0)} vanished; {meta.get('chunks_shipped', 0)} chunks "
-        f"shipped in all; epoch {meta.get('epoch', '-')}"
+        f"  last stat    {meta.get(field.count('changed'), 0)} changed, "
+        f"{meta.get(field.count('vanished'), 0)} vanished;"
+        f" {meta.get(field.CHUNKS_SHIPPED, 0)} chunks "
+        f"shipped in all; epoch {meta.get(field.EPOCH, '-')}"
     )
-    failures = _prefixed(meta, "failures_")
+    failures = _prefixed(meta, field.failures_of(""))
     if failures:
         click.echo("  failures     " + ", ".join(f"{n} {c}" for c, n in failures.items()))
-    if meta.get("last_error"):
-        click.echo(f"  last error   {meta['last_error']} (at {meta.get('last_error_at', '?')})")
-    if meta.get("last_warning"):
-        click.echo(f"  warning      {meta['last_warning']}")
-    if meta.get("last_bad"):
+    if meta.get(field.LAST_ERROR):
         click.echo(
-            f"  bad records  {meta.get('bad_records', '?')} (last: {meta['last_bad'][:200]})"
+            f"  last error   {meta[field.LAST_ERROR]} (at {meta.get(field.LAST_ERROR_AT, '?')})"
         )
-    if "pokes_received" in meta or "feed_restarts" in meta:
+    if meta.get(field.LAST_WARNING):
+        click.echo(f"  warning      {meta[field.LAST_WARNING]}")
+    if meta.get(field.LAST_BAD):
         click.echo(
-            f"  follow       {meta.get('pokes_received', 0)} pokes, "
-            f"{meta.get('pokes_coalesced', 0)} coalesced, {meta.get('pokes_dropped', 0)} dropped"
-            f"; {meta.get('poked_jobs_refreshed', 0)} jobs refreshed"
-            f"; feed restarts {meta.get('feed_restarts', 0)}"
+            f"  bad records  {meta.get(field.BAD_RECORDS, '?')}"
+            f" (last: {meta[field.LAST_BAD][:200]})"
+        )
+    if field.POKES_RECEIVED in meta or field.FEED_RESTARTS in meta:
+        click.echo(
+            f"  follow       {meta.get(field.POKES_RECEIVED, 0)} pokes, "
+            f"{meta.get(field.POKES_COALESCED, 0)} coalesced,"
+            f" {meta.get(field.POKES_DROPPED, 0)} dropped"
+            f"; {meta.get(field.POKED_JOBS_REFRESHED, 0)} jobs refreshed"
+            f"; feed restarts {meta.get(field.FEED_RESTARTS, 0)}"
         )
     feed_line(meta)
-    events = _prefixed(meta, "events_")
-    if "applied_chunks" in meta:
+    events = _prefixed(meta, field.events_of(""))
+    if field.APPLIED_CHUNKS in meta:
         click.echo(
-            f"  workers      {meta['applied_chunks']} chunks, "
-            f"{meta.get('applied_objects', 0)} objects applied; "
-            f"{meta.get('version_conflicts', 0)} version conflicts"
+            f"  workers      {meta[field.APPLIED_CHUNKS]} chunks, "
+            f"{meta.get(field.APPLIED_OBJECTS, 0)} objects applied; "
+            f"{meta.get(field.VERSION_CONFLICTS, 0)} version conflicts"
         )
         click.echo("  events       " + (", ".join(f"{n} {t}" for t, n in events.items()) or "none"))
         click.echo(
-            f"  lag          {meta.get('last_publish_lag_s', '-')}s from observation to publish"
-            f" (last chunk, at {meta.get('last_applied_at', '-')})"
+            f"  lag          {meta.get(field.LAST_PUBLISH_LAG_S, '-')}s from observation to publish"
+            f" (last chunk, at {meta.get(field.LAST_APPLIED_AT, '-')})"
         )
     for name, qi in info["queues"].items():
         click.echo(f"  queue        {name}: {qi['waiting']} waiting, {qi['failed']} failed")
@@ -167,8 +175,8 @@ def lease_lines(lease: dict, meta: dict[str, str]) -> list[str]:
         label = "             "
     if not lease.get("standbys"):
         lines.append("  standby      none")
-    if meta.get("fenced_chunks"):
-        lines.append(f"  fenced       {fenced_line(int(meta['fenced_chunks']))}")
+    if meta.get(field.FENCED_CHUNKS):
+        lines.append(f"  fenced       {fenced_line(int(meta[field.FENCED_CHUNKS]))}")
     return lines
 
 
@@ -195,33 +203,36 @@ def tier_lines(meta: dict[str, str]) -> list[str]:
     from jobtap.collector.plan import PROBE, PUSHED, RECONCILE
 
     every = {
-        PROBE: f"every {meta.get('interval', '?')}s",
-        PUSHED: f"every {meta.get('interval', '?')}s, no job listing (pokes)",
-        RECONCILE: f"every {meta.get('reconcile_every', '?')}s",
+        PROBE: f"every {meta.get(field.INTERVAL, '?')}s",
+        PUSHED: f"every {meta.get(field.INTERVAL, '?')}s, no job listing (pokes)",
+        RECONCILE: f"every {meta.get(field.RECONCILE_EVERY, '?')}s",
     }
-    if meta.get("pushed") == "1":
+    if meta.get(field.PUSHED) == "1":
         tiers: tuple[str, ...] = (PUSHED, RECONCILE)
-    elif meta.get("probing") == "1":
+    elif meta.get(field.PROBING) == "1":
         tiers = (PROBE, RECONCILE)
     else:
         tiers = (RECONCILE,)
-    if meta.get("probing") == "0" and meta.get("pushed") != "1":
+    if meta.get(field.PROBING) == "0" and meta.get(field.PUSHED) != "1":
         every[RECONCILE] = "every cycle (no probe)"
     lines = []
     label = "  tiers       "
     for tier in tiers:
-        p = f"{tier}_last"
+
+        def last_(what: str, tier: str = tier) -> str:
+            return meta[field.tier_last(tier, what)]
+
         last = "never ran"
-        if f"{p}_at" in meta:
+        if field.tier_last(tier, "at") in meta:
             last = (
-                f"last {meta[f'{p}_s']}s, {meta[f'{p}_commands']} commands,"
-                f" {_size(meta[f'{p}_bytes'])}, {meta[f'{p}_jobs']} jobs stat'ed"
-                f" at {meta[f'{p}_at']}"
+                f"last {last_('s')}s, {last_('commands')} commands,"
+                f" {_size(last_('bytes'))}, {last_('jobs')} jobs stat'ed"
+                f" at {last_('at')}"
             )
-        marker = "*" if meta.get("last_tier") == tier else " "
+        marker = "*" if meta.get(field.LAST_TIER) == tier else " "
         lines.append(
             f"{label}{marker}{tier:<9} {every[tier]}: {last}"
-            f" ({plural(meta.get(f'cycles_{tier}', 0), 'cycle')})"
+            f" ({plural(meta.get(field.cycles_of(tier), 0), 'cycle')})"
         )
         label = "              "
     return lines
@@ -238,16 +249,16 @@ def _size(value: str) -> str:
 
 def _epoch_line(meta: dict[str, str]) -> str:
     """The epoch event ids carry, since when, and why it began."""
-    epoch = meta.get("epoch")
+    epoch = meta.get(field.EPOCH)
     if not epoch:
         return "- (nothing written yet)"
-    since = meta.get("epoch_began_at", "?")
-    cause = CAUSES.get(meta.get("epoch_cause", ""), "")
+    since = meta.get(field.EPOCH_BEGAN_AT, "?")
+    cause = CAUSES.get(meta.get(field.EPOCH_CAUSE, ""), "")
     line = f"{epoch} since {since}"
     if cause:
         line += f": {cause}"
-    if meta.get("epoch_previous"):
-        line += f" (previous {meta['epoch_previous']})"
+    if meta.get(field.EPOCH_PREVIOUS):
+        line += f" (previous {meta[field.EPOCH_PREVIOUS]})"
     return line
 
 
@@ -258,17 +269,17 @@ def _prefixed(meta: dict[str, str], prefix: str) -> dict[str, str]:
 
 def feed_line(meta: dict[str, str]) -> None:
     """The event feed's health (Flux's journal reader), red when it keeps failing."""
-    feed = meta.get("feed_status")
-    if not meta.get("feed") or feed is None:
+    feed = meta.get(field.FEED_STATUS)
+    if not meta.get(field.FEED) or feed is None:
         return
     colour = {"up": "green", "failing": "red", "stopped": None}.get(feed, "yellow")
     line = (
-        f"  feed         {meta['feed']} "
+        f"  feed         {meta[field.FEED]} "
         + click.style(feed, fg=colour, bold=feed == "failing")
-        + f", {meta.get('feed_restarts', 0)} restarts"
+        + f", {meta.get(field.FEED_RESTARTS, 0)} restarts"
     )
-    if feed == "up" and meta.get("feed_up_since"):
-        line += f", up since {meta['feed_up_since']}"
-    if feed != "up" and meta.get("feed_last_error"):
-        line += f"; last error: {meta['feed_last_error'][:200]}"
+    if feed == "up" and meta.get(field.FEED_UP_SINCE):
+        line += f", up since {meta[field.FEED_UP_SINCE]}"
+    if feed != "up" and meta.get(field.FEED_LAST_ERROR):
+        line += f"; last error: {meta[field.FEED_LAST_ERROR][:200]}"
     click.echo(line)

@@ -36,6 +36,7 @@ from rich.text import Text
 
 import jobtap
 from jobtap.connection import Server, SiteConfig, resolve
+from jobtap.contract import meta as meta_field
 from jobtap.events import FINAL, NEW, REMOVED, STATE
 from jobtap.keys import SiteKeys
 from jobtap.records import INITIAL, RESYNC
@@ -224,18 +225,18 @@ def health_line(board: Board, now: float) -> Text:
         return text.append(board.health_note, style="dim")
     status = str(h.get("status", "?"))
     text.append(status, style={"ok": "bold green", "failing": "bold red"}.get(status, "yellow"))
-    last_ok = _ts(h.get("last_ok_at"))
+    last_ok = _ts(h.get(meta_field.LAST_OK_AT))
     interval = float(h.get("interval") or 0) or None
     if last_ok is not None:
         ago = now - last_ok
         stale = interval is not None and ago > 3 * interval
-        text.append(f"  last cycle {h.get('last_cycle', '?')} ")
+        text.append(f"  last cycle {h.get(meta_field.LAST_CYCLE, '?')} ")
         text.append(f"{_ago(ago)} ago", style="bold red" if stale else "")
-        text.append(f", took {float(h.get('last_duration_s') or 0):.2f}s")
+        text.append(f", took {float(h.get(meta_field.LAST_DURATION_S) or 0):.2f}s")
     if interval is not None:
         text.append(f", every {interval:g}s")
-    if status == "failing" and h.get("last_error"):
-        text.append(f"  error: {str(h['last_error'])[:120]}", style="red")
+    if status == "failing" and h.get(meta_field.LAST_ERROR):
+        text.append(f"  error: {str(h[meta_field.LAST_ERROR])[:120]}", style="red")
     if board.health_note:
         text.append(f"  ({board.health_note})", style="dim")
     return text

@@ -27,10 +27,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import redis
 
+from jobtap.contract import chunk, meta
+from jobtap.contract.chunk import STATE, UPDATE, Item
+from jobtap.contract.lease import Lease, LeaseLost
 from jobtap.keys import SiteKeys
 from jobtap.schema import JOB, KINDS, NODE, QUEUE, TERMINAL
-from jobtap.workers import chunk
-from jobtap.workers.chunk import STATE, UPDATE, Item
 
 from .backends.base import (
     Backend,
@@ -48,7 +49,6 @@ from .backends.base import (
 )
 from .fingerprint import fingerprint, fingerprint_all
 from .follow.reads import PokedJobReads
-from .lease import Lease, LeaseLost
 from .nodewatch import ON_NODES, NodeWatch
 from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, Targets
 from .ship import Batches, Shipper
@@ -57,7 +57,6 @@ from .tracker import Seen, Tracker
 log = logging.getLogger("jobtap.collector")
 
 MAX_BAD_REPORTED = 20
-HISTORY_WINDOW = "history_window"  # meta: wall-clock start of the last reconciliation
 # A finished job forgotten (gone from the live list) is looked up again after a
 # Redis loss for this long: its final may have been in a chunk the loss took.
 FORGOTTEN_KEEP_S = 600.0
@@ -116,15 +115,14 @@ class CycleReport:
         per tier when it last ran, how long it took, what its commands cost
         (count and bytes printed) and how many jobs it stat'ed.  Kept per tier
         so that ``jobtap status`` shows both the probe and the reconciliation."""
-        prefix = f"{self.tier}_last"
         jobs = self.counts.get("jobs" if self.tier == RECONCILE else "targeted_found", 0)
         return {
-            "last_tier": self.tier,
-            f"{prefix}_at": self.observed_at,
-            f"{prefix}_s": round(duration, 4),
-            f"{prefix}_commands": sum(c for c, _ in self.costs.values()),
-            f"{prefix}_bytes": sum(b for _, b in self.costs.values()),
-            f"{prefix}_jobs": jobs,
+            meta.LAST_TIER: self.tier,
+            meta.tier_last(self.tier, "at"): self.observed_at,
+            meta.tier_last(self.tier, "s"): round(duration, 4),
+            meta.tier_last(self.tier, "commands"): sum(c for c, _ in self.costs.values()),
+            meta.tier_last(self.tier, "bytes"): sum(b for _, b in self.costs.values()),
+            meta.tier_last(self.tier, "jobs"): jobs,
         }
 
 
@@ -323,7 +321,7 @@ class Collector:
         # Jobs whose final came from a poke's record, oldest first (see
         # _not_after_poked_final); forgotten with the job.
         self.poked_finals: dict[str, None] = {}
-        # The site lease (collector/lease.py), set by the service: checked before
+        # The site lease (jobtap.contract.lease), set by the service: checked before
         # each write to Redis (the cycle counter, the shipment, the history
         # window); its generation goes into every chunk.  None: no lease (tests
         # and benchmarks that drive cycles by hand).
@@ -347,7 +345,7 @@ class Collector:
         self.job_nodes_known = self.node_states_known = False
         self.plan.reset()  # what the probe remembered is no longer a baseline
         if self.ended_lister is not None and self.window_start is None:
-            saved = self.redis.hget(self.keys.meta, HISTORY_WINDOW)
+            saved = self.redis.hget(self.keys.meta, meta.HISTORY_WINDOW)
             try:
                 self.window_start = float(saved) if saved else None
             except ValueError:
@@ -388,10 +386,10 @@ class Collector:
         if self.lease is not None:
             self.lease.check()
         with self._cycle_lock:  # a refresh may run beside a cycle (service._run_cycle)
-            cycle = int(self.redis.hincrby(self.keys.meta, "cycle", 1))
+            cycle = int(self.redis.hincrby(self.keys.meta, meta.CYCLE, 1))
             if cycle <= self.last_cycle:
                 cycle = self.last_cycle + 1
-                self.redis.hset(self.keys.meta, "cycle", cycle)
+                self.redis.hset(self.keys.meta, meta.CYCLE, cycle)
             self.last_cycle = cycle
             return cycle
 
@@ -574,7 +572,7 @@ class Collector:
 
     def _send(self, pipe: redis.client.Pipeline) -> None:
         """Send the shipment: a process paused here past its lease ships chunks
-        of a deposed generation, which the workers drop (workers/fence.lua)."""
+        of a deposed generation, which the workers drop (the lease fence, jobtap.contract.lease)."""
         pipe.execute()
 
     def _normalise_jobs(
@@ -790,10 +788,10 @@ class Collector:
             self.recent_finals[jid] = now
         try:
             if self.lease is None:
-                self.redis.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}")
+                self.redis.hset(self.keys.meta, meta.HISTORY_WINDOW, f"{wall_started:.3f}")
             else:
                 guarded = self.lease.guarded()
-                guarded.hset(self.keys.meta, HISTORY_WINDOW, f"{wall_started:.3f}").execute()
+                guarded.hset(self.keys.meta, meta.HISTORY_WINDOW, f"{wall_started:.3f}").execute()
         except (redis.RedisError, LeaseLost) as exc:  # only a restart's first window is at stake
             log.warning("cannot note the history window: %s", exc)
 

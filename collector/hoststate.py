@@ -3,7 +3,7 @@
 Redis restored from an older snapshot cannot tell by itself that it went back:
 its cycle counter and records are simply older.  The collector's own record of
 the last cycle it ran, kept outside Redis, shows it (the epoch's ``behind``
-cause, see ``workers/epoch.py``), keeps cycle numbers growing across such a loss
+cause, see ``jobtap.contract.epoch``), keeps cycle numbers growing across such a loss
 (chunks of later cycles may still wait in a separate queue Redis), and tells a
 restarted collector whether the epoch changed while it was away.
 

@@ -3,14 +3,14 @@
 - one cycle every ``interval`` seconds; a failed cycle (scheduler down, command
   timing out, garbage output, Redis away) changes nothing, is written to the
   ``meta`` hash and backs off exponentially up to ``max_backoff``;
-- one active collector per site, holding the site's lease (collector/lease.py:
+- one active collector per site, holding the site's lease (jobtap.contract.lease:
   ``lease`` seconds, 3 x the interval and at most 15 s by default); a second
   one waits as a standby and takes over within the lease once the active one
   stops renewing it (at once if it was a dead process on this host); the new
   holder's first cycle is a reconciliation; a collector that finds the lease
   gone (paused past it, Redis lost it) writes nothing more and steps down
   to a standby;
-- before every cycle it makes sure of the site's epoch (``workers/epoch.py``);
+- before every cycle it makes sure of the site's epoch (``jobtap.contract.epoch``);
   when a new one began (Redis came back empty, restarted, failed over, or went
   back to an older snapshot, which only the collector's own last cycle, kept on
   its host, can show), it reloads what Redis holds and ships every difference
@@ -36,13 +36,14 @@ import orjson
 import redis
 
 from jobtap.connection import publish_command
-from jobtap.workers.epoch import CAUSES, EPOCH_LUA, EpochCheck, epoch_args
+from jobtap.contract import meta
+from jobtap.contract.epoch import CAUSES, EpochCheck, epoch_args
+from jobtap.contract.lease import GUARDED_EPOCH_LUA, Holding, Lease, LeaseLost, default_lease
 
 from . import plan
 from .cycle import Collector, CycleFailed, CycleReport
 from .follow.follower import Follower
 from .hoststate import HostState
-from .lease import GUARDED_EPOCH_TAIL, Holding, Lease, LeaseLost, default_lease
 from .metrics import FULL, PROBE, PUSHED, CollectorMetrics, failure_cause
 
 log = logging.getLogger("jobtap.collector")
@@ -53,8 +54,6 @@ HOST = socket.gethostname()
 
 # Exit status of a run whose cycles went well but whose event feed never came up.
 FEED_FAILED = 3
-FEED_FIELDS = ("feed", "feed_status", "feed_restarts", "feed_failures", "feed_last_error",
-               "feed_last_error_at", "feed_up_since")  # fmt: skip
 
 
 class AlreadyRunning(RuntimeError):
@@ -91,7 +90,7 @@ class CollectorService:
                            host=host)  # fmt: skip
         self.holder = self.lease.identity
         collector.lease = self.lease
-        self.guarded_epoch = self.redis.register_script(EPOCH_LUA + GUARDED_EPOCH_TAIL)
+        self.guarded_epoch = self.redis.register_script(GUARDED_EPOCH_LUA)
         self.takeovers = 0
         self.step_downs = 0
         self.reload = False  # reload the tracker from Redis at the next epoch check
@@ -301,7 +300,7 @@ class CollectorService:
             if self.lease.held:
                 try:
                     self.lease.guarded().hset(
-                        self.keys.meta, mapping={"status": "stopped", "stopped_at": _now()}
+                        self.keys.meta, mapping={meta.STATUS: "stopped", meta.STOPPED_AT: _now()}
                     ).execute()
                 except (redis.RedisError, LeaseLost):
                     pass
@@ -315,7 +314,7 @@ class CollectorService:
         start follow mode."""
         self.lease.start_keeper()
         self.write_meta_start()
-        self.lease.guarded().hdel(self.keys.meta, *FEED_FIELDS).execute()  # an earlier run's
+        self.lease.guarded().hdel(self.keys.meta, *meta.FEED_FIELDS).execute()  # an earlier run's
         if self.follow:
             self.start_follow()
 
@@ -408,16 +407,16 @@ class CollectorService:
         self.lease.guarded().hset(
             self.keys.meta,
             mapping={
-                "status": "starting",
-                "backend": self.backend_name,
-                "interval": self.interval,
-                "reconcile_every": self.collector.plan.reconcile_every,
-                "probing": int(self.collector.plan.probing),
-                "pushed": int(self.collector.plan.pushed),
-                "collector": self.holder,
-                "started_at": _now(),
-                "follow": int(self.follow),
-                "lease_holder": self.holder,
+                meta.STATUS: "starting",
+                meta.BACKEND: self.backend_name,
+                meta.INTERVAL: self.interval,
+                meta.RECONCILE_EVERY: self.collector.plan.reconcile_every,
+                meta.PROBING: int(self.collector.plan.probing),
+                meta.PUSHED: int(self.collector.plan.pushed),
+                meta.COLLECTOR: self.holder,
+                meta.STARTED_AT: _now(),
+                meta.FOLLOW: int(self.follow),
+                meta.LEASE_HOLDER: self.holder,
             },
         ).execute()
 
@@ -435,31 +434,31 @@ class CollectorService:
     def succeeded(self, report: CycleReport, duration: float) -> None:
         self.failures = 0
         fields = {
-            "status": "ok",
-            "last_cycle": report.cycle,
-            "last_cycle_at": report.observed_at,
-            "last_ok_at": report.observed_at,
-            "last_duration_s": round(duration, 4),
-            "consecutive_failures": 0,
-            "last_warning": "; ".join(report.warnings)[:1000],
+            meta.STATUS: "ok",
+            meta.LAST_CYCLE: report.cycle,
+            meta.LAST_CYCLE_AT: report.observed_at,
+            meta.LAST_OK_AT: report.observed_at,
+            meta.LAST_DURATION_S: round(duration, 4),
+            meta.CONSECUTIVE_FAILURES: 0,
+            meta.LAST_WARNING: "; ".join(report.warnings)[:1000],
         }
         for name, value in report.counts.items():
-            fields[f"count_{name}"] = value
+            fields[meta.count(name)] = value
         for stage, secs in report.timings.items():
-            fields[f"time_{stage}_s"] = round(secs, 4)
+            fields[meta.stage_time(stage)] = round(secs, 4)
         fields.update(report.tier_fields(duration))
         fields.update(self.facts_changed())
         if self.follower is not None and self.follower.feed is not None:
-            fields["feed_restarts"] = self.follower.feed.restarts
+            fields[meta.FEED_RESTARTS] = self.follower.feed.restarts
         pipe = self.lease.guarded()
         pipe.hset(self.keys.meta, mapping=fields)
-        pipe.hincrby(self.keys.meta, "cycles_ok", 1)
-        pipe.hincrby(self.keys.meta, f"cycles_{report.tier}", 1)
-        pipe.hincrby(self.keys.meta, "chunks_shipped", report.counts.get("chunks", 0))
+        pipe.hincrby(self.keys.meta, meta.CYCLES_OK, 1)
+        pipe.hincrby(self.keys.meta, meta.cycles_of(report.tier), 1)
+        pipe.hincrby(self.keys.meta, meta.CHUNKS_SHIPPED, report.counts.get("chunks", 0))
         pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
         if report.bad:
-            pipe.hset(self.keys.meta, mapping={"last_bad": "; ".join(report.bad)[:2000]})
-            pipe.hincrby(self.keys.meta, "bad_records", report.counts.get("bad", 0))
+            pipe.hset(self.keys.meta, mapping={meta.LAST_BAD: "; ".join(report.bad)[:2000]})
+            pipe.hincrby(self.keys.meta, meta.BAD_RECORDS, report.counts.get("bad", 0))
         pipe.execute()
         if self.metrics is not None:
             self.metrics.cycle_done(report, duration, METRICS_TIER[report.tier])
@@ -493,23 +492,23 @@ class CollectorService:
             message,
             extra={
                 "fields": {
-                    "consecutive_failures": self.failures,
+                    meta.CONSECUTIVE_FAILURES: self.failures,
                     "retry_in_s": round(self.backoff(), 1),
                 }
             },
         )
         fields = {
-            "status": "failing",
-            "last_error": message[:1000],
-            "last_error_at": _now(),
-            "last_duration_s": round(duration, 4),
-            "consecutive_failures": self.failures,
+            meta.STATUS: "failing",
+            meta.LAST_ERROR: message[:1000],
+            meta.LAST_ERROR_AT: _now(),
+            meta.LAST_DURATION_S: round(duration, 4),
+            meta.CONSECUTIVE_FAILURES: self.failures,
         }
         try:
             pipe = self.lease.guarded()
             pipe.hset(self.keys.meta, mapping=fields)
-            pipe.hincrby(self.keys.meta, "cycles_failed", 1)
-            pipe.hincrby(self.keys.meta, f"failures_{cause}", 1)
+            pipe.hincrby(self.keys.meta, meta.CYCLES_FAILED, 1)
+            pipe.hincrby(self.keys.meta, meta.failures_of(cause), 1)
             pipe.execute_command(self.publish, self.keys.health_channel, self.health(fields))
             pipe.execute()
         except (redis.RedisError, LeaseLost):

@@ -1,4 +1,4 @@
-"""Shipping changes to the workers: chunks (``jobtap.workers.chunk``, the
+"""Shipping changes to the workers: chunks (``jobtap.contract.chunk``, the
 contract with the workers) enqueued as rq jobs on the site's two priority
 queues, in one round trip.
 
@@ -21,8 +21,8 @@ from redis.client import CaseInsensitiveDict
 from rq import Queue, Retry
 
 from jobtap.connection import wait_replicas
+from jobtap.contract.chunk import APPLY_FUNC, PRIORITIES, Chunk, Item
 from jobtap.keys import SiteKeys
-from jobtap.workers.chunk import APPLY_FUNC, PRIORITIES, Chunk, Item
 from jobtap.workers.queues import ChunkQueue
 
 Batches = dict[tuple[str, str], list[Item]]  # (priority, kind) -> items
@@ -75,7 +75,7 @@ class Shipper:
         # says: 1 under Sentinel, or --queue-wait-replicas)
         self.replicas = replicas
         self.wait_timeout = wait_timeout
-        self.lease = 0  # the lease generation every chunk carries (collector/lease.py)
+        self.lease = 0  # the lease generation every chunk carries (jobtap.contract.lease)
         self.queues = {p: ChunkQueue(keys.rq_queue(p), connection=queue_redis) for p in PRIORITIES}
 
     def ship(

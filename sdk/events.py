@@ -10,7 +10,7 @@ drop duplicates.  Its format:
 ``EPOCH`` is the site's epoch (:data:`EPOCH_LENGTH` characters of ``0-9a-z``): a
 new one begins whenever Redis' data for the site is not the continuation of what
 was written before (Redis came back empty, restarted, failed over, or was
-restored from an older snapshot; see ``workers/epoch.py``).  ``VERSION`` counts
+restored from an older snapshot; see ``jobtap.contract.epoch``).  ``VERSION`` counts
 the object's changes within the epoch: 1, 2, 3..., one more exactly when the
 stored record changes; an object's first change in a new epoch is version 1
 again.  So an id is never given to two different events, and the versions of an

@@ -1,106 +1,29 @@
-"""Redis key and channel names: the contract every reader and writer shares.
+"""Redis key and channel names: :mod:`jobtap.contract.keys` under its public name."""
 
-All keys of a site carry the hash tag ``{site}`` so that a Redis Cluster keeps a
-site on one shard and every multi-key step stays atomic.  User names are
-percent-escaped (anything outside ``[A-Za-z0-9._-]``) so that ACL glob patterns
-built from them match exactly one user and nothing else.
-"""
-
-from __future__ import annotations
-
-import re
-from urllib.parse import unquote
-
-from .errors import BadName
+from .contract.keys import EVERY_KEY as EVERY_KEY
+from .contract.keys import EVERY_STREAM as EVERY_STREAM
+from .contract.keys import POKES_MAXLEN as POKES_MAXLEN
+from .contract.keys import PREFIX as PREFIX
+from .contract.keys import SITE_IN_PATTERN as SITE_IN_PATTERN
+from .contract.keys import BadName as BadName
+from .contract.keys import SiteKeys as SiteKeys
+from .contract.keys import bell_key as bell_key
+from .contract.keys import check_site as check_site
+from .contract.keys import escape_user as escape_user
+from .contract.keys import is_user_channel as is_user_channel
+from .contract.keys import unescape_user as unescape_user
 
 __all__ = [
+    "EVERY_KEY",
+    "EVERY_STREAM",
     "POKES_MAXLEN",
     "PREFIX",
+    "SITE_IN_PATTERN",
     "BadName",
     "SiteKeys",
+    "bell_key",
     "check_site",
     "escape_user",
+    "is_user_channel",
     "unescape_user",
 ]
-
-PREFIX = "jobtap"
-POKES_MAXLEN = 10_000  # entries kept in a site's poke stream (approximately)
-
-_SAFE_USER = re.compile(r"[^A-Za-z0-9._-]")
-_SITE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-def escape_user(user: str) -> str:
-    """Percent-encode every byte of ``user`` outside ``[A-Za-z0-9._-]``.
-
-    The result never contains a glob character (``* ? [ ] \\``) nor ``:``, so
-    ``jobtap:{S}:u:<escaped>:*`` matches that user's keys only.
-    """
-    if not user:
-        raise BadName("empty user name")
-    return _SAFE_USER.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), user)
-
-
-def unescape_user(escaped: str) -> str:
-    return unquote(escaped)
-
-
-def check_site(site: str) -> str:
-    if not _SITE_NAME.match(site or ""):
-        raise BadName(f"site name {site!r} must be 1-64 characters of A-Z a-z 0-9 . _ -")
-    return site
-
-
-class SiteKeys:
-    """Every key and channel name of one site.
-
-    >>> k = SiteKeys("hpc1")
-    >>> k.job("alice", "12.pbs")
-    'jobtap:{hpc1}:u:alice:job:12.pbs'
-    """
-
-    def __init__(self, site: str):
-        self.site = check_site(site)
-        self.base = f"{PREFIX}:{{{site}}}"
-        # Site-wide keys.
-        self.owner = f"{self.base}:owner"  # hash job id -> user
-        self.events = f"{self.base}:events"  # stream of every event
-        self.meta = f"{self.base}:meta"  # collector health
-        self.all_channel = f"{self.base}:all"
-        self.nodes_channel = f"{self.base}:nodes"
-        # The collector's health after every cycle (a small JSON object; jobtap top).
-        self.health_channel = f"{self.base}:health"
-        # Internal bookkeeping (not part of the reader contract).
-        self.fingerprints = f"{self.base}:fingerprints"  # hash kind:id -> "fp state"
-        self.expiry = f"{self.base}:expiry"  # zset job id -> time its hash expires
-        self.node_index = f"{self.base}:nodes"  # set of node names
-        self.queue_index = f"{self.base}:queues"  # set of queue names
-        self.pokes = f"{self.base}:pokes"  # stream of "job X just changed" (follow mode)
-
-    # Per-user keys -------------------------------------------------------------
-    def user_base(self, user: str) -> str:
-        return f"{self.base}:u:{escape_user(user)}"
-
-    def job(self, user: str, job_id: str) -> str:
-        return f"{self.user_base(user)}:job:{job_id}"
-
-    def user_jobs(self, user: str) -> str:
-        return f"{self.user_base(user)}:jobs"
-
-    def user_events(self, user: str) -> str:
-        return f"{self.user_base(user)}:events"
-
-    def user_channel(self, user: str) -> str:
-        return self.user_base(user)
-
-    # Nodes and queues ----------------------------------------------------------
-    def node(self, name: str) -> str:
-        return f"{self.base}:node:{name}"
-
-    def queue(self, name: str) -> str:
-        return f"{self.base}:queue:{name}"
-
-    # rq queues (plain names: rq keeps them under rq:queue:NAME) ---------------
-    def rq_queue(self, priority: str) -> str:
-        """``priority`` is ``state`` (new, state changes, finals) or ``update``."""
-        return f"jobtap.{self.site}.{priority}"

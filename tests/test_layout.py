@@ -14,9 +14,9 @@ PACKAGES = {
     "workers": ("jobtap.workers", {"jobtap"}),
     "collector": (
         "jobtap.collector",
-        # the chunk, the queue it travels in (both sides must take and push it
-        # alike), and the epoch rule
-        {"jobtap", "jobtap.workers.chunk", "jobtap.workers.queues", "jobtap.workers.epoch"},
+        # the queue chunks travel in (both sides must take and push it alike); the
+        # chunk, the epoch and the lease are the SDK's contract (jobtap.contract)
+        {"jobtap", "jobtap.workers.queues"},
     ),
     "sim": ("jobtap.sim", {"jobtap", "jobtap.collector.backends"}),
     "acl": ("jobtap.acl", {"jobtap"}),
@@ -88,6 +88,11 @@ def test_the_check_sees_a_wrong_import(tmp_path):
     assert not allowed("jobtap.collector.cycle.Collector", "jobtap.workers", {"jobtap"})
     assert allowed("jobtap.workers.apply", "jobtap.workers", {"jobtap"})
     assert allowed("jobtap.keys.SiteKeys", "jobtap.workers", {"jobtap"})
-    assert allowed("jobtap.workers.chunk.Chunk", "jobtap.collector", {"jobtap.workers.chunk"})
-    assert not allowed("jobtap.workers.apply.Applier", "jobtap.collector", {"jobtap.workers.chunk"})
+    assert allowed(
+        "jobtap.workers.queues.ChunkQueue", "jobtap.collector", {"jobtap.workers.queues"}
+    )
+    assert allowed("jobtap.contract.chunk.Chunk", "jobtap.workers", {"jobtap"})
+    assert not allowed(
+        "jobtap.workers.apply.Applier", "jobtap.collector", {"jobtap.workers.queues"}
+    )
     assert not allowed("jobtap.cli.app.main", "jobtap.sim", {"jobtap", "jobtap.collector.backends"})

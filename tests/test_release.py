@@ -140,7 +140,7 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
         "jobtap/schemas/event.schema.json",
         "jobtap/schemas/event.avsc",
         "jobtap/workers/apply.lua",
-        "jobtap/workers/epoch.lua",
+        "jobtap/contract/epoch.lua",
         # run as a file by `flux python` (collector/backends/flux.py READER_PATH)
         "jobtap/collector/backends/journal_reader/flux_journal_reader.py",
         # where PSI/J looks for executors: a namespace folder, jobtap's file only

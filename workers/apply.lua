@@ -1,5 +1,6 @@
 -- Apply one batch of changes atomically (see workers/apply.py for the layout).
--- Run with epoch.lua in front (it defines ensure_epoch).
+-- Run with jobtap.contract.epoch.EPOCH_LUA (META and ensure_epoch) and the lease
+-- fence (jobtap.contract.lease.FENCE_LUA: fenced) in front.
 --
 -- The worker made everything already: the hash fields, the event and its JSON,
 -- the channels.  This script only checks and writes; it reads three fields of
@@ -16,7 +17,7 @@
 -- new epoch name and time (epoch.py: epoch_args), then publish (PUBLISH, or
 -- SPUBLISH on a Redis Cluster: sharded channels, which share the site's slot),
 -- then per item HEADER values (below) and 2*nfields field/value strings, then the
--- chunk's lease generation (fence.lua).
+-- chunk's lease generation (the lease fence, jobtap.contract.lease).
 --
 -- Check first, write after: if the site's epoch is not the one the worker made
 -- the events for (a new one began: Redis lost data), or any object's version,
@@ -39,7 +40,8 @@ local FIRST_KEY = 5
 -- fingerprint field, fingerprint value, final, nfields
 local HEADER = 14
 
--- the chunk's lease generation is the last ARGV (fence.lua): a deposed collector's writes nothing
+-- the chunk's lease generation is the last ARGV (the lease fence): a deposed
+-- collector's chunk writes nothing
 local fence = fenced(KEYS[5], ARGV[#ARGV])
 if fence then
   return {'fenced', fence}

@@ -50,6 +50,9 @@ from tenacity import (
 )
 
 from jobtap.connection import AnyRedis, publish_command
+from jobtap.contract.chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
+from jobtap.contract.epoch import EPOCH_LUA, EpochGuard, epoch_args
+from jobtap.contract.lease import FENCE_LUA
 from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, make_event, object_key
 from jobtap.keys import SiteKeys
 from jobtap.schema import (
@@ -63,15 +66,13 @@ from jobtap.schema import (
     to_hash,
 )
 
-from .chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
-from .epoch import EPOCH_LUA, EpochGuard, epoch_args
 from .metrics import WorkerMetrics, lag_seconds, note_in_meta
 from .target import CLUSTER_CHANGES, Target, Targets
 
 log = logging.getLogger("jobtap.workers")
 
 _HERE = Path(__file__).parent
-_SCRIPT = EPOCH_LUA + (_HERE / "fence.lua").read_text() + (_HERE / "apply.lua").read_text()
+_SCRIPT = EPOCH_LUA + FENCE_LUA + (_HERE / "apply.lua").read_text()
 
 # Redis errors that end when Redis is back: restarting, loading its data, or a
 # primary that became a replica in a failover.
@@ -99,7 +100,7 @@ class Settings:
 
 
 class _Fenced(Exception):
-    """The chunk's lease generation is below the site's (fence.lua)."""
+    """The chunk's lease generation is below the site's (the lease fence, jobtap.contract.lease)."""
 
     def __init__(self, current: int):
         self.current = current
@@ -371,7 +372,7 @@ class Applier:
         okey: str,
         stored: dict,
         epoch: str,
-    ) -> list[_Item]:
+    ) -> list[_ObjectWrite]:
         """What writing ``it`` over ``stored`` in ``epoch`` takes: the fields,
         the event(s), where."""
         kind, oid, op = chunk.kind, it["id"], it["op"]
@@ -382,9 +383,12 @@ class Applier:
         if stored and not changes and op != REMOVE:
             # Same record (e.g. a restarted collector re-shipping): note the cycle only.
             fp_value = f"{it.get('fp', '')} {new.get('state', '')}" if live else ""
-            return [_Item("touch", expected, oid, "", "", "", "", b"", object_key(kind, oid),
-                          fp_value, "0", {"cycle": str(chunk.cycle)}, okey,
-                          self._index(keys, kind), keys.events)]  # fmt: skip
+            touch = _ObjectWrite(
+                op="touch", expected=expected, oid=oid, fp_field=object_key(kind, oid),
+                fp_value=fp_value, final="0", fields={"cycle": str(chunk.cycle)}, key=okey,
+                index=self._index(keys, kind), stream=keys.events,
+            )  # fmt: skip
+            return [touch]
         # versions count within an epoch: the first change in a new one is 1 again
         version = int(stored.get("version") or 0) + 1 if stored.get("epoch") == epoch else 1
         state = new.get("state", "")
@@ -413,7 +417,7 @@ class Applier:
         record: dict[str, Any],
         fields: dict[str, str],
         final: bool,
-    ) -> _Item:
+    ) -> _ObjectWrite:
         """One write of an object with its event (``record`` as of ``version``)."""
         keys, kind, oid, op = w.keys, w.chunk.kind, w.it["id"], w.it["op"]
         record = {**record, "version": version, "updated_at": w.chunk.observed_at}
@@ -428,9 +432,12 @@ class Applier:
         else:
             channel, index, stream = keys.nodes_channel, self._index(keys, kind), keys.events
         fp_value = f"{w.it.get('fp', '')} {w.state}" if (w.live and op == UPSERT) else ""
-        return _Item("remove" if op == REMOVE else "apply", w.expected, oid, w.user or "",
-                     channel, event["id"], etype, orjson.dumps(event), object_key(kind, oid),
-                     fp_value, "1" if final else "0", fields, w.okey, index, stream)  # fmt: skip
+        return _ObjectWrite(
+            op="remove" if op == REMOVE else "apply", expected=w.expected, oid=oid,
+            user=w.user or "", channel=channel, eid=event["id"], etype=etype,
+            json=orjson.dumps(event), fp_field=object_key(kind, oid), fp_value=fp_value,
+            final="1" if final else "0", fields=fields, key=w.okey, index=index, stream=stream,
+        )  # fmt: skip
 
     @staticmethod
     def _index(keys: SiteKeys, kind: str) -> str:
@@ -461,24 +468,9 @@ class Applier:
             self.publish,
         ]
         for item in plan.items:
-            kargs += [item.key, item.index, item.stream]
-            argv += [
-                item.op,
-                *item.expected,
-                item.oid,
-                item.user,
-                item.channel,
-                item.eid,
-                item.etype,
-                item.json,
-                item.fp_field,
-                item.fp_value,
-                item.final,
-                len(item.fields),
-            ]
-            for f, v in item.fields.items():
-                argv += [f, v]
-        argv.append(chunk.lease)  # last: the lease fence (fence.lua)
+            kargs += item.keys()
+            argv += item.argv()
+        argv.append(chunk.lease)  # last: the lease fence (the lease fence, jobtap.contract.lease)
         return kargs, argv
 
 
@@ -497,23 +489,39 @@ class _Write:
     expected: tuple[str, str, str]  # version, epoch and cycle read: the script checks them
 
 
-@dataclass(slots=True)
-class _Item:
-    op: str
-    expected: tuple[str, str, str]
+@dataclass(slots=True, kw_only=True)
+class _ObjectWrite:
+    """One object's write and its event, as ``apply.lua`` takes them: three KEYS
+    (:meth:`keys`) and an item's ARGV (:meth:`argv`, the one place that knows the
+    script's order)."""
+
+    op: str  # "apply", "remove", or "touch" (a record equal to the stored one: its cycle)
+    expected: tuple[str, str, str]  # version, epoch and cycle read: the script checks them
     oid: str
-    user: str
-    channel: str
-    eid: str
-    etype: str
-    json: bytes
-    fp_field: str
-    fp_value: str
-    final: str
-    fields: dict[str, str]
-    key: str
-    index: str
-    stream: str
+    user: str = ""
+    channel: str = ""  # where the event is published
+    eid: str = ""  # the event's id
+    etype: str = ""
+    json: bytes = b""  # the event
+    fp_field: str  # the object's field in the fingerprints hash
+    fp_value: str  # "fingerprint state", or "" to leave it
+    final: str  # "1": the object's final
+    fields: dict[str, str]  # the hash fields to write
+    key: str  # the object's hash
+    index: str  # the owner's job index, or the node/queue set
+    stream: str  # the stream the event goes to
+
+    def keys(self) -> list[str]:
+        return [self.key, self.index, self.stream]
+
+    def argv(self) -> list[Any]:
+        argv: list[Any] = [
+            self.op, *self.expected, self.oid, self.user, self.channel, self.eid, self.etype,
+            self.json, self.fp_field, self.fp_value, self.final, len(self.fields),
+        ]  # fmt: skip
+        for f, v in self.fields.items():
+            argv += [f, v]
+        return argv
 
 
 class _Plan:
@@ -522,10 +530,10 @@ class _Plan:
 
     def __init__(self, epoch: str) -> None:
         self.epoch = epoch
-        self.items: list[_Item] = []
+        self.items: list[_ObjectWrite] = []
         self.skipped = 0
 
-    def add(self, item: _Item) -> None:
+    def add(self, item: _ObjectWrite) -> None:
         self.items.append(item)
 
 

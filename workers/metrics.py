@@ -29,6 +29,7 @@ from datetime import datetime
 import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from jobtap.contract import meta
 from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE
 from jobtap.keys import SiteKeys
 
@@ -113,18 +114,18 @@ def note_in_meta(
     """Add a chunk's counts to the site's ``meta`` (what ``jobtap status`` shows):
     one pipelined round trip per chunk."""
     pipe = r.pipeline(transaction=False)
-    pipe.hincrby(keys.meta, "applied_chunks", 1)
-    pipe.hincrby(keys.meta, "applied_objects", totals["objects"])
+    pipe.hincrby(keys.meta, meta.APPLIED_CHUNKS, 1)
+    pipe.hincrby(keys.meta, meta.APPLIED_OBJECTS, totals["objects"])
     for etype in EVENT_TYPES:
         if totals.get(etype):
-            pipe.hincrby(keys.meta, f"events_{etype}", totals[etype])
+            pipe.hincrby(keys.meta, meta.events_of(etype), totals[etype])
     if totals.get("fenced"):
-        pipe.hincrby(keys.meta, "fenced_chunks", 1)
+        pipe.hincrby(keys.meta, meta.FENCED_CHUNKS, 1)
     if totals["conflicts"]:
-        pipe.hincrby(keys.meta, "version_conflicts", totals["conflicts"])
+        pipe.hincrby(keys.meta, meta.VERSION_CONFLICTS, totals["conflicts"])
     if totals["events"]:
-        fields: dict[str, str | float] = {"last_applied_at": at}
+        fields: dict[str, str | float] = {meta.LAST_APPLIED_AT: at}
         if lag is not None:
-            fields["last_publish_lag_s"] = round(lag, 4)
+            fields[meta.LAST_PUBLISH_LAG_S] = round(lag, 4)
         pipe.hset(keys.meta, mapping=fields)
     pipe.execute()

@@ -33,14 +33,11 @@ from rq.exceptions import DequeueTimeout
 from rq.job import Job
 from rq.utils import as_text
 
+from jobtap.keys import bell_key
+
 BELL_TOKENS = 64  # tokens kept on a bell: more workers than this wake by their timeout
 BELL_WAIT = 5  # seconds at most between two looks at the queues: a chunk pushed without
 #                ringing (by an older collector) waits no longer than this
-
-
-def bell_key(queue_key: str) -> str:
-    """The bell list of the queue at ``queue_key``."""
-    return f"{queue_key}:bell"
 
 
 class ChunkQueue(Queue):

@@ -54,10 +54,10 @@ from tenacity.stop import stop_base
 from tenacity.wait import wait_exponential, wait_random
 
 from jobtap.connection import AnyRedis
+from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import SiteKeys
 
 from . import apply
-from .chunk import PRIORITIES
 from .metrics import WorkerMetrics
 from .queues import ChunkQueue
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import redis
 
+from jobtap.contract import meta
 from jobtap.keys import SiteKeys
 
 from ..backends.base import EventFeed
@@ -119,7 +120,7 @@ class FeedThread(threading.Thread):
                 self.up_at = time.monotonic()
                 self.up.set()
                 self.first_run_over.set()
-                self.set_status("up", feed_up_since=now_iso())
+                self.set_status("up", **{meta.FEED_UP_SINCE: now_iso()})
             yield line
 
     def ended(self, *, got_any: bool, returncode: int | None) -> None:
@@ -131,14 +132,14 @@ class FeedThread(threading.Thread):
         status = "failing" if self.failures >= self.FAILING_AFTER else "restarting"
         if not self.last_error and returncode:
             self.last_error = f"exited with status {returncode}"
-        self.set_status(status, feed_restarts=self.restarts)
+        self.set_status(status, **{meta.FEED_RESTARTS: self.restarts})
 
     def set_status(self, status: str, **fields: object) -> None:
         """Note the feed's health in ``meta``; Redis being away loses only that."""
         self.status = status
-        mapping = {"feed_status": status, "feed_failures": self.failures, **fields}
+        mapping = {meta.FEED_STATUS: status, meta.FEED_FAILURES: self.failures, **fields}
         if self.last_error:
-            mapping["feed_last_error"] = self.last_error[:500]
+            mapping[meta.FEED_LAST_ERROR] = self.last_error[:500]
         try:
             self.redis.hset(self.keys.meta, mapping=mapping)
         except redis.RedisError as exc:
@@ -158,7 +159,7 @@ class FeedThread(threading.Thread):
                 self.last_error = text
                 try:
                     self.redis.hset(self.keys.meta, mapping={
-                        "feed_last_error": text[:500], "feed_last_error_at": now_iso(),
+                        meta.FEED_LAST_ERROR: text[:500], meta.FEED_LAST_ERROR_AT: now_iso(),
                     })  # fmt: skip
                 except redis.RedisError:
                     pass

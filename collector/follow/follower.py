@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 import redis
 
+from jobtap.contract import meta
+from jobtap.contract.lease import Lease, LeaseLost
 from jobtap.schema import EXITING, JOB, TERMINAL
 
 from ..backends.base import EventFeed, Native
 from ..cycle import Collector, CycleFailed
-from ..lease import Lease, LeaseLost
 from ..metrics import REFRESH
 from .feed import FeedThread, now_iso
 from .pokes import PokeReader
@@ -94,7 +95,9 @@ class Follower:
             self.feed = FeedThread(backend, self.redis, self.keys)
             self.feed.start()
             feed = f"{getattr(backend, 'scheduler', 'scheduler')} event feed"
-        self.lease.guarded().hset(self.keys.meta, mapping={"follow": 1, "feed": feed}).execute()
+        self.lease.guarded().hset(
+            self.keys.meta, mapping={meta.FOLLOW: 1, meta.FEED: feed}
+        ).execute()
         if self.metrics is not None:
             self.metrics.watch_pokes(self.pokes)
             if self.feed is not None:
@@ -159,10 +162,10 @@ class Follower:
         """Say in ``meta`` how far the poke stream has been read (and which
         probes of ``jobtap doctor`` were seen): the proof pokes are consumed."""
         assert self.pokes is not None
-        fields: dict[str, str] = {"pokes_read": self.pokes.last_id}
+        fields: dict[str, str] = {meta.POKES_READ: self.pokes.last_id}
         if self.pokes.probes:
-            fields["probe_seen"] = self.pokes.probes[-1]
-            fields["probe_seen_at"] = now_iso()
+            fields[meta.PROBE_SEEN] = self.pokes.probes[-1]
+            fields[meta.PROBE_SEEN_AT] = now_iso()
             self.pokes.probes.clear()
         self.lease.guarded().hset(self.keys.meta, mapping=fields).execute()
 
@@ -271,7 +274,7 @@ class Follower:
             if self.metrics is not None:
                 self.metrics.cycle_failed(str(exc), REFRESH)
             try:
-                self.lease.guarded().hincrby(self.keys.meta, "refreshes_failed", 1).execute()
+                self.lease.guarded().hincrby(self.keys.meta, meta.REFRESHES_FAILED, 1).execute()
             except (redis.RedisError, LeaseLost):
                 pass
             return False
@@ -279,13 +282,13 @@ class Follower:
             self.metrics.cycle_done(report, time.perf_counter() - t0, REFRESH)
         try:
             pipe = self.lease.guarded()
-            pipe.hincrby(self.keys.meta, "refreshes", 1)
-            pipe.hincrby(self.keys.meta, "poked_jobs_refreshed", report.counts.get("poked", 0))
+            pipe.hincrby(self.keys.meta, meta.REFRESHES, 1)
+            pipe.hincrby(self.keys.meta, meta.POKED_JOBS_REFRESHED, report.counts.get("poked", 0))
             pipe.hset(self.keys.meta, mapping={
-                "last_refresh_at": report.observed_at,
-                "pokes_received": self.pokes.received,
-                "pokes_coalesced": self.pokes.coalesced,
-                "pokes_dropped": self.pokes.dropped,
+                meta.LAST_REFRESH_AT: report.observed_at,
+                meta.POKES_RECEIVED: self.pokes.received,
+                meta.POKES_COALESCED: self.pokes.coalesced,
+                meta.POKES_DROPPED: self.pokes.dropped,
             })  # fmt: skip
             pipe.execute()
         except (redis.RedisError, LeaseLost):

@@ -9,9 +9,9 @@ import logging
 
 import redis
 
+from jobtap.contract.chunk import STATE, Chunk, upsert
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
-from jobtap.workers.chunk import STATE, Chunk, upsert
 from jobtap.workers.service import run_worker
 from tests.support.pipeline import site_events
 from tests.support.records import job_record

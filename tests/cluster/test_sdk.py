@@ -103,7 +103,7 @@ def test_a_slot_moved_under_a_subscription_loses_nothing(clean_cluster, sites, w
             w.finish("1.pbs")
             rec.wait_for(lambda cs: any(c.type == "final" for c in cs))
             # The slot's new node has another run_id: the apply step begins a new
-            # site epoch there (workers/epoch.lua; a move loses nothing, but the
+            # site epoch there (jobtap.contract.epoch; a move loses nothing, but the
             # server cannot tell it from a failover that did), and versions count
             # from 1 again in it.  Per epoch: every version once, in order.
             by_epoch: dict[str, list[int]] = {}

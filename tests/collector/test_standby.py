@@ -1,4 +1,4 @@
-"""A standby collector, fenced (collector/lease.py, workers/fence.lua).
+"""A standby collector, fenced (jobtap.contract.lease, the lease fence, jobtap.contract.lease).
 
 On the simulator, with two collector processes, a real worker and a tap of the
 site stream (tests/support/standby.py): the active collector SIGKILLed mid-burst
@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from jobtap.cli.status import status
 from jobtap.collector.cycle import Collector
-from jobtap.collector.lease import Lease, describe
 from jobtap.collector.service import AlreadyRunning, CollectorService
+from jobtap.contract.lease import Lease, describe
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from tests.support.epochs import check_finals_against_truth

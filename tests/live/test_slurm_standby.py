@@ -20,7 +20,7 @@ import redis
 from click.testing import CliRunner
 
 from jobtap.cli.status import status
-from jobtap.collector.lease import describe
+from jobtap.contract.lease import describe
 from tests.support.epochs import Written
 from tests.support.pipeline import drain, site_events
 from tests.support.slurm import SITE, K, cluster, sbatch

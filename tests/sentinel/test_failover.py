@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from jobtap.connection import wait_replicas
+from jobtap.contract.epoch import EpochGuard
 from jobtap.keys import SiteKeys
-from jobtap.workers.epoch import EpochGuard
 from tests.support.multisite import (
     Audience,
     SimSite,

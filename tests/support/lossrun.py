@@ -51,10 +51,10 @@ from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
 from jobtap.collector.hoststate import FILENAME, HostState
 from jobtap.collector.service import CollectorService
+from jobtap.contract.chunk import PRIORITIES, Chunk
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.workers.apply import Settings
-from jobtap.workers.chunk import PRIORITIES, Chunk
 from jobtap.workers.service import taken_unstarted
 from tests.support.epochs import Written, check_finals_against_truth, content
 from tests.support.redisloss import restart_empty, restart_from, snapshot

@@ -18,9 +18,9 @@ from rq import Queue
 import jobtap
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
+from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from jobtap.workers.chunk import PRIORITIES
 from tests.support.pipeline import check_against_truth, site_events
 from tests.support.sdk import Writer
 from tests.support.wait import eventually

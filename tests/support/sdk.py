@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jobtap
+from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
-from jobtap.workers.chunk import Chunk
 from tests.support import records
 from tests.support.wait import eventually
 

@@ -36,12 +36,12 @@ import redis
 
 from jobtap.collector.cycle import Collector
 from jobtap.collector.hoststate import FILENAME, HostState
-from jobtap.collector.lease import describe
 from jobtap.collector.service import CollectorService
+from jobtap.contract.chunk import PRIORITIES
+from jobtap.contract.lease import describe
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.sim.model import Simulation
-from jobtap.workers.chunk import PRIORITIES
 from tests.support.epochs import Written
 from tests.support.wait import eventually
 

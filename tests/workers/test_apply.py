@@ -8,10 +8,10 @@ import threading
 import orjson
 import pytest
 
+from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier, Settings
-from jobtap.workers.chunk import Chunk
 from tests.support.ids import eid
 from tests.support.records import job_record
 from tests.support.wait import eventually
@@ -212,7 +212,7 @@ def test_big_chunks_apply_in_one_step(r, n):
 def test_the_rq_entry_point_named_by_the_contract_is_the_apply_step():
     from rq.utils import import_attribute
 
+    from jobtap.contract.chunk import APPLY_FUNC
     from jobtap.workers.apply import apply_chunk
-    from jobtap.workers.chunk import APPLY_FUNC
 
     assert import_attribute(APPLY_FUNC) is apply_chunk

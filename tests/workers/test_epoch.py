@@ -11,10 +11,10 @@ import threading
 
 import orjson
 
+from jobtap.contract.chunk import Chunk
+from jobtap.contract.epoch import EpochGuard, new_epoch_name
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
-from jobtap.workers.chunk import Chunk
-from jobtap.workers.epoch import EpochGuard, new_epoch_name
 from jobtap.workers.service import _retired, worker_alive, worker_name
 from tests.support.records import job_record
 from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot

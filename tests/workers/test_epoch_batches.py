@@ -21,9 +21,9 @@ import threading
 import orjson
 import pytest
 
+from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
-from jobtap.workers.chunk import Chunk
 from tests.support.records import job_record
 from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot
 from tests.support.wait import eventually

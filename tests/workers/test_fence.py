@@ -1,13 +1,13 @@
-"""The lease fence in the apply step (workers/fence.lua, before the epoch check
+"""The lease fence in the apply step (the lease fence, jobtap.contract.lease, before the epoch check
 of the same script): a chunk from a collector whose lease generation was
 deposed writes nothing, whatever it holds, and is counted."""
 
 from __future__ import annotations
 
-from jobtap.collector.lease import Lease
+from jobtap.contract.chunk import Chunk
+from jobtap.contract.lease import Lease
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
-from jobtap.workers.chunk import Chunk
 from jobtap.workers.metrics import WorkerMetrics
 from tests.support.records import job_record
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import orjson
 
+from jobtap.contract.chunk import Chunk, upsert
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier
-from jobtap.workers.chunk import Chunk, upsert
 from tests.support.records import job_record
 
 SITE = "t2"

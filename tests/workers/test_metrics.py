@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
-from jobtap.workers.chunk import Chunk
 from jobtap.workers.metrics import WorkerMetrics
 from tests.support.pipeline import meta, site_events
 from tests.support.records import job_record

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from jobtap.cli.worker import worker as worker_cli
 from jobtap.collector.ship import Shipper
+from jobtap.contract.chunk import STATE, UPDATE, upsert
 from jobtap.keys import SiteKeys
 from jobtap.workers import apply, service
-from jobtap.workers.chunk import STATE, UPDATE, upsert
 from tests.support.pipeline import site_events
 from tests.support.records import job_record
 

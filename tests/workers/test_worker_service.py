@@ -15,8 +15,8 @@ from rq import Queue, Worker
 
 from jobtap.cli.localredis import RedisServer
 from jobtap.collector.ship import Shipper
+from jobtap.contract.chunk import STATE, upsert
 from jobtap.keys import SiteKeys
-from jobtap.workers.chunk import STATE, upsert
 from jobtap.workers.service import run_worker
 from tests.support.records import job_record
 from tests.support.redisloss import restart_empty
@@ -140,7 +140,7 @@ def test_chunks_are_taken_from_several_queues_into_their_intermediate_list(redis
     import pytest
     from rq.exceptions import DequeueTimeout
 
-    from jobtap.workers.chunk import UPDATE
+    from jobtap.contract.chunk import UPDATE
     from jobtap.workers.service import site_queues
 
     r = redis_server.client()

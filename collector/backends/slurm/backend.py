@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import Iterable, Sequence
 
+from jobtap.contract import meta
 from jobtap.schema import EXITING, RUNNING, SUSPENDED, TERMINAL
 
 from ..base import BadRecord, Native, PokedReads, Probe, Record, StatError
@@ -350,7 +351,7 @@ class SlurmBackend(CommandBackend):
         ``meta``): ``scheduler`` and ``scheduler_paths``."""
         fmt = self._format
         if fmt is None:
-            return {"scheduler": "Slurm (release not known before the first job listing)"}
+            return {meta.SCHEDULER: "Slurm (release not known before the first job listing)"}
         release = self._release or f"{fmt.releases}.x"
         if self.reads_singly():
             single = f"slurmrestd {fmt.version}"
@@ -365,8 +366,8 @@ class SlurmBackend(CommandBackend):
             f"ended jobs: {self.sacct} --json",
         ]
         return {
-            "scheduler": f"Slurm {release}, JSON {fmt.version}",
-            "scheduler_paths": "; ".join(paths),
+            meta.SCHEDULER: f"Slurm {release}, JSON {fmt.version}",
+            meta.SCHEDULER_PATHS: "; ".join(paths),
         }
 
     def stat_nodes(self) -> dict[str, Native]:

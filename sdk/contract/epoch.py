@@ -20,8 +20,9 @@ Whoever writes first after the loss (a worker applying a chunk, or the collector
 starting a cycle) begins the epoch; the others find it.  Versions count again
 from 1 in the new epoch, so ids never collide with the old ones.
 
-This module is the second half of the contract between the collector and the
-workers (with ``chunk.py``): it imports neither side, nor rq.
+The collector (``collector/service.py``, through the lease's guarded check) and
+the workers (``workers/apply.py``, in every write) both run ``ensure_epoch``
+from here; this module imports neither side, nor rq.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from pathlib import Path
 
 import redis
 
-from jobtap.events import EPOCH_LENGTH
-from jobtap.keys import SiteKeys
+from ..events import EPOCH_LENGTH
+from . import meta
+from .keys import SiteKeys
 
-EPOCH_LUA = Path(__file__).with_name("epoch.lua").read_text()
+# ensure_epoch(), with the meta field names (META) in front of it
+EPOCH_LUA = meta.lua_prelude() + Path(__file__).with_name("epoch.lua").read_text()
 _STANDALONE = EPOCH_LUA + (
     "\nreturn ensure_epoch(KEYS[1], tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3], ARGV[4])\n"
 )

@@ -30,7 +30,7 @@ counts as generation 0, accepted only while the site has no lease generation.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 import orjson
 
@@ -45,9 +45,9 @@ APPLY_FUNC = "jobtap.workers.apply.apply_chunk"
 # The chunk's contract version: 2 carries the lease generation.
 CONTRACT = 2
 
-UPSERT = "upsert"
-VANISHED = "vanished"
-REMOVE = "remove"
+UPSERT: Final = "upsert"
+VANISHED: Final = "vanished"
+REMOVE: Final = "remove"
 Op = Literal["upsert", "vanished", "remove"]
 
 

@@ -1,5 +1,6 @@
--- The site epoch (see workers/epoch.py).  This file only defines ensure_epoch:
--- apply.lua is run with it in front, and epoch.py runs it on its own.
+-- The site epoch (see epoch.py).  This file only defines ensure_epoch: the
+-- workers' apply.lua is run with it in front, and epoch.py runs it on its own.
+-- META (the meta hash's field names) comes from meta.py's lua_prelude().
 --
 -- ensure_epoch(meta, seen, owner, token, at) -> {epoch, cause, cycle}
 --
@@ -20,7 +21,7 @@
 -- Returned: the epoch now in force, the cause ('' if none began) and meta's
 -- cycle after the check.
 local function ensure_epoch(meta, seen, owner, token, at)
-  local cur = redis.call('HMGET', meta, 'epoch', 'epoch_run_id', 'cycle')
+  local cur = redis.call('HMGET', meta, META.EPOCH, META.EPOCH_RUN_ID, META.CYCLE)
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local stored = cur[3] and tonumber(cur[3]) or nil
   local cause = ''
@@ -34,9 +35,9 @@ local function ensure_epoch(meta, seen, owner, token, at)
   local epoch = cur[1]
   if cause ~= '' then
     epoch = token
-    redis.call('HSET', meta, 'epoch', epoch, 'epoch_run_id', run_id, 'epoch_began_at', at,
-      'epoch_cause', cause, 'epoch_previous', cur[1] or '')
-    redis.call('HINCRBY', meta, 'epochs', 1)
+    redis.call('HSET', meta, META.EPOCH, epoch, META.EPOCH_RUN_ID, run_id, META.EPOCH_BEGAN_AT, at,
+      META.EPOCH_CAUSE, cause, META.EPOCH_PREVIOUS, cur[1] or '')
+    redis.call('HINCRBY', meta, META.EPOCHS, 1)
   end
   -- The collector raises the counter to its own last cycle (so that no chunk it
   -- ships is ever ahead of meta); a worker only when it began an epoch and meta
@@ -45,7 +46,7 @@ local function ensure_epoch(meta, seen, owner, token, at)
   -- Where no collector counts cycles (stored nil), a worker never starts the count.
   if seen > 0 and (stored == nil or stored < seen)
       and (owner or (cause ~= '' and stored ~= nil)) then
-    redis.call('HSET', meta, 'cycle', seen)
+    redis.call('HSET', meta, META.CYCLE, seen)
     stored = seen
   end
   return {epoch, cause, stored or 0}

@@ -1,14 +1,15 @@
 """The site's collector lease: one active collector per site, standbys waiting,
 and a generation that fences a deposed collector (Kubernetes' leader-election
-``Lease`` is the model).
+``Lease`` is the model).  The whole protocol is here: the collector takes and
+keeps the lease with :class:`Lease`, the workers' write runs :data:`FENCE_LUA`.
 
 Keys, all of the site (one slot on a Redis Cluster):
 
-- ``jobtap:{S}:collector``: a hash ``holder``, ``generation``, ``acquired_at``,
+- ``SiteKeys.lease``: a hash ``holder``, ``generation``, ``acquired_at``,
   ``renewed_at``, ``duration_ms``, with a PEXPIRE of the lease's duration;
-- ``meta``'s ``lease_generation``: the counter, INCR'd by each acquisition (never
+- ``meta``'s ``LEASE_GENERATION``: the counter, INCR'd by each acquisition (never
   by a renewal), so a generation names one holding of the lease;
-- ``jobtap:{S}:standbys``: a hash holder -> JSON (since, seen), each standby
+- ``SiteKeys.standbys``: a hash holder -> JSON (since, seen), each standby
   writing itself there at each poll; entries not seen for two leases are dropped.
 
 Each step is one Lua script, a compare-and-set on holder and generation:
@@ -17,8 +18,8 @@ itself when it is not), ``renew`` (ours with this generation -> PEXPIRE again),
 ``release`` (ours -> gone), and ``guarded`` writes (ours -> run these commands,
 else none of them).  The holder identity is ``host:pid:random``.
 
-Every chunk carries the generation (``workers/chunk.py``) and the apply step
-drops a chunk whose generation is below the site's (``workers/fence.lua``):
+Every chunk carries the generation (:mod:`jobtap.contract.chunk`) and the apply
+step drops a chunk whose generation is below the site's (:data:`FENCE_LUA`):
 a collector paused past its lease (SIGSTOP, a frozen VM) that ships the chunks
 it held when it resumes writes nothing.
 """
@@ -39,12 +40,13 @@ from typing import Any
 import orjson
 import redis
 
-from jobtap.keys import SiteKeys
+from . import meta
+from .epoch import EPOCH_LUA
+from .keys import SiteKeys
 
 log = logging.getLogger("jobtap.collector")
 
 HOST = socket.gethostname()
-GENERATION = "lease_generation"  # meta's field: the counter (workers/fence.lua reads it)
 MAX_LEASE = 15.0
 MIN_LEASE = 1.0
 
@@ -52,14 +54,6 @@ MIN_LEASE = 1.0
 def default_lease(interval: float) -> float:
     """3 x the interval, at most 15 s (and at least 1 s)."""
     return max(MIN_LEASE, min(3 * interval, MAX_LEASE))
-
-
-def lease_key(keys: SiteKeys) -> str:
-    return f"{keys.base}:collector"
-
-
-def standbys_key(keys: SiteKeys) -> str:
-    return f"{keys.base}:standbys"
 
 
 def new_identity(host: str = HOST) -> str:
@@ -81,7 +75,9 @@ end
 # KEYS: lease, meta, standbys.  ARGV: holder, duration_ms, floor, at, dead
 # (a holder known dead, taken over at once), standby TTL ms.
 # -> {1, generation} or {0, holder, generation, pttl}
-_ACQUIRE = """
+_ACQUIRE = (
+    meta.lua_prelude()
+    + """
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'generation')
 if cur[1] == ARGV[1] then
   redis.call('HSET', KEYS[1], 'renewed_at', ARGV[4])
@@ -98,11 +94,11 @@ if cur[1] and cur[1] ~= ARGV[5] then
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
   return {0, cur[1], cur[2] or '', redis.call('PTTL', KEYS[1])}
 end
-local gen = redis.call('HINCRBY', KEYS[2], 'lease_generation', 1)
+local gen = redis.call('HINCRBY', KEYS[2], META.LEASE_GENERATION, 1)
 local floor = tonumber(ARGV[3])
 if gen <= floor then
   gen = floor + 1
-  redis.call('HSET', KEYS[2], 'lease_generation', gen)
+  redis.call('HSET', KEYS[2], META.LEASE_GENERATION, gen)
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'generation', gen, 'acquired_at', ARGV[4],
@@ -119,13 +115,15 @@ for i = 1, #all, 2 do
 end
 return {1, tostring(gen)}
 """
+)
 
 # KEYS: lease, meta.  ARGV: holder, generation, duration_ms, at.
 # -> {1} or {0, holder, gen}.  A lease that ran out and that nobody took since
 # (the counter still at this generation) is taken back with its generation:
 # no other collector wrote meanwhile, so there is nothing to fence.
 _RENEW = (
-    _HELD
+    meta.lua_prelude()
+    + _HELD
     + """
 if held(KEYS[1], ARGV[1], ARGV[2]) then
   redis.call('HSET', KEYS[1], 'renewed_at', ARGV[4])
@@ -133,7 +131,7 @@ if held(KEYS[1], ARGV[1], ARGV[2]) then
   return {1}
 end
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'generation')
-if not cur[1] and redis.call('HGET', KEYS[2], 'lease_generation') == ARGV[2] then
+if not cur[1] and redis.call('HGET', KEYS[2], META.LEASE_GENERATION) == ARGV[2] then
   redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'generation', ARGV[2], 'acquired_at', ARGV[4],
     'renewed_at', ARGV[4], 'duration_ms', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -174,11 +172,13 @@ return 1
 """
 )
 
-# The lease check in front of ensure_epoch (workers/epoch.lua): the collector's
-# epoch check writes meta only while it holds the lease.
+# The collector's epoch check (ensure_epoch, epoch.lua, behind the lease check): it
+# writes meta only while it holds the lease.
 # KEYS: meta, lease.  ARGV: ensure_epoch's four, holder, generation.
-GUARDED_EPOCH_TAIL = (
-    _HELD
+# -> ensure_epoch's {epoch, cause, cycle}, or {'lost', '', 0}
+GUARDED_EPOCH_LUA = (
+    EPOCH_LUA
+    + _HELD
     + """
 if not held(KEYS[2], ARGV[5], ARGV[6]) then
   return {'lost', '', 0}
@@ -186,6 +186,23 @@ end
 return ensure_epoch(KEYS[1], tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3], ARGV[4])
 """
 )
+
+
+# The fence in the workers' write (workers/apply.lua is run with EPOCH_LUA, then
+# this, in front).  fenced(meta, generation) -> the site's lease generation if the
+# chunk's generation is below it (the chunk comes from a collector deposed since:
+# it must write nothing), else false.  A chunk without a generation (0: contract
+# version 1) passes only while the site has none; a site without a counter (Redis
+# lost it) takes any chunk.
+FENCE_LUA = """
+local function fenced(meta, generation)
+  local current = tonumber(redis.call('HGET', meta, META.LEASE_GENERATION) or '0')
+  if (tonumber(generation) or 0) < current then
+    return current
+  end
+  return false
+end
+"""
 
 
 class LeaseLost(Exception):
@@ -225,8 +242,8 @@ class Lease:
         self.duration = float(duration)
         self.host = host
         self.identity = identity or new_identity(host)
-        self.key = lease_key(keys)
-        self.standbys = standbys_key(keys)
+        self.key = keys.lease
+        self.standbys = keys.standbys
         self.generation = 0  # ours while held, else 0
         self.highest = 0  # the highest generation seen (a floor after Redis lost the counter)
         self.valid_until = 0.0  # monotonic: the lease is ours until then at most
@@ -386,7 +403,7 @@ class GuardedWrites:
         return self
 
     def hset(self, key: str, field: str | None = None, value: Any = None,
-             mapping: dict | None = None) -> GuardedWrites:  # fmt: skip
+             mapping: dict[str, Any] | None = None) -> GuardedWrites:  # fmt: skip
         pairs: list[Any] = [] if field is None else [field, value]
         for k, v in (mapping or {}).items():
             pairs += [k, v]
@@ -423,10 +440,10 @@ def describe(r: redis.Redis, keys: SiteKeys) -> dict[str, Any]:
     """The lease as ``jobtap status`` shows it: holder, generation, expiry,
     standbys (those seen lately)."""
     pipe = r.pipeline(transaction=False)
-    pipe.hgetall(lease_key(keys))
-    pipe.pttl(lease_key(keys))
-    pipe.hgetall(standbys_key(keys))
-    pipe.hget(keys.meta, GENERATION)
+    pipe.hgetall(keys.lease)
+    pipe.pttl(keys.lease)
+    pipe.hgetall(keys.standbys)
+    pipe.hget(keys.meta, meta.LEASE_GENERATION)
     held, pttl, standbys, counter = pipe.execute()
     now_ms = int(time.time() * 1000)  # (the operator's user may not run TIME)
     info: dict[str, Any] = {"holder": None, "generation": int(counter or 0), "standbys": []}
