@@ -80,6 +80,17 @@ def test_dependencies_point_one_way():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_collector_names_no_backend_by_string():
+    """Backends plug in as entry points (pyproject.toml, group ``jobtap.backends``):
+    the collector names no backend module by its path, so not the simulator either."""
+    named = [
+        f"{path.relative_to(ROOT)}"
+        for path in sorted((ROOT / "collector").rglob("*.py"))
+        if "jobtap.sim" in path.read_text()
+    ]
+    assert not named
+
+
 def test_the_check_sees_a_wrong_import(tmp_path):
     bad = tmp_path / "m.py"
     bad.write_text("from jobtap.collector.cycle import Collector\nfrom . import apply\n")
