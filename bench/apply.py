@@ -52,10 +52,10 @@ from pathlib import Path
 
 import orjson
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import normalise_job
 from jobtap.collector.ship import Shipper, chunked
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk
 from jobtap.workers.metrics import WorkerMetrics, note_in_meta

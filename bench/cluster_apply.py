@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from bench.apply import records_for_round, sample_natives
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.ship import Shipper
 from jobtap.connection import open_redis
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from tests.support.cluster import LocalCluster, flush
 
 

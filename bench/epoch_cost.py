@@ -19,8 +19,8 @@ from pathlib import Path
 
 import redis
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk, upsert
 from jobtap.workers.epoch import EpochGuard

@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
 from jobtap.collector.follow import poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
+from jobtap.sim.localredis import RedisServer
 
 SITE = "soak"
 

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     os.environ["JOBTAP_SUBSCRIBE_ON"] = args.subscribe_on  # the client processes inherit it
 
-    from jobtap.cli.localredis import RedisServer
+    from jobtap.sim.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     raise_open_files()  # the servers inherit it

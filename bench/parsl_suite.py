@@ -27,7 +27,7 @@ from pathlib import Path
 
 import parsl
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from tests.psij.upstream import jobtap_on_slurm
 from tests.support.cmdlog import CommandLog
 from tests.support.slurm import SITE

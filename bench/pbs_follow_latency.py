@@ -53,7 +53,7 @@ from bench.pbs_rig import (
     standin_backend,
     use_standins,
 )
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from tests.support.pbs_hook import run_hook
 from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
 

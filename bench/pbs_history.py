@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import PBSBackend
 from jobtap.collector.cycle import Collector
+from jobtap.sim.localredis import RedisServer
 from tests.support.paths import FAKE_BIN, fixtures_dir
 from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
 

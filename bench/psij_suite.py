@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from tests.psij.upstream import (
     EXECUTOR_TESTS,
     EXECUTORS,

@@ -157,8 +157,8 @@ def run_baseline(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
 
 def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
     import jobtap
-    from jobtap.cli.localredis import RedisServer
     from jobtap.keys import SiteKeys
+    from jobtap.sim.localredis import RedisServer
 
     keys = SiteKeys(SITE)
     phase = Phase(f"`jobtap collector --follow --interval {args.interval:g}`")

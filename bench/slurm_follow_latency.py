@@ -84,8 +84,8 @@ class Phase:
 
 def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
     import jobtap
-    from jobtap.cli.localredis import RedisServer
     from jobtap.keys import SiteKeys
+    from jobtap.sim.localredis import RedisServer
 
     keys = SiteKeys(SITE)
 

@@ -153,10 +153,10 @@ def run_polling(args: argparse.Namespace, jobs: list[str]) -> Phase:
 
 def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
     import jobtap
-    from jobtap.cli.localredis import RedisServer
     from jobtap.collector.backends.slurm import SlurmBackend
     from jobtap.collector.cycle import Collector
     from jobtap.collector.service import CollectorService
+    from jobtap.sim.localredis import RedisServer
 
     phase = Phase(
         f"{args.tools} tools subscribed through jobtap (collector every {args.interval:g}s)"

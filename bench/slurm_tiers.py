@@ -68,11 +68,11 @@ from bench.slurm_polling import (
     stop_services,
     write_doc,
 )
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.slurm import SlurmBackend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from tests.support.slurm import hook_settings, rpc_stats
 
 HEADING = "## Slurm: the collector against squeue --json every interval"

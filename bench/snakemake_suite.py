@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from tests.psij.upstream import jobtap_on_slurm
 from tests.snakemake.upstream import prepare, run_suite
 from tests.support import cmdlog

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.lease import default_lease
+from jobtap.sim.localredis import RedisServer
 from tests.support.pipeline import meta
 from tests.support.standby import SITE, Site, proc_state, wait_holder
 from tests.support.wait import eventually

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 
 # The suite never skips (tests/support/noskip.py).
 pytest_plugins = ["tests.support.noskip"]

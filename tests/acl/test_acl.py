@@ -21,8 +21,8 @@ from jobtap import credentials
 from jobtap.acl import files as acl_files
 from jobtap.acl import rules as acl
 from jobtap.cli import acl as cli_acl
-from jobtap.cli.localredis import RedisServer, free_port
 from jobtap.keys import escape_user
+from jobtap.sim.localredis import RedisServer, free_port
 from tests.support.acl import (
     ADMIN_PW,
     HOSTILE,

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.keys import POKES_MAXLEN, SiteKeys
+from jobtap.sim.localredis import RedisServer
 from tests.support.paths import FAKE_BIN, ROOT
 from tests.support.pbs_hook import run_hook
 from tests.support.release import source_copy

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from jobtap.acl.rules import poker_rules, setuser_args
-from jobtap.cli.localredis import free_port
 from jobtap.collector.follow import PokeReader
 from jobtap.keys import POKES_MAXLEN, SiteKeys
+from jobtap.sim.localredis import free_port
 from tests.support.pbs_hook import run_hook
 
 SITE = "hpc1"

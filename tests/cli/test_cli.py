@@ -7,8 +7,8 @@ import socket
 import subprocess
 import sys
 
-from jobtap.cli.localredis import free_port
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import free_port
 from tests.support.paths import FAKE_BIN, fixtures_dir
 from tests.support.pipeline import site_events
 

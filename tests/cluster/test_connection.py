@@ -53,7 +53,7 @@ def test_a_cluster_has_no_database_but_0(clean_cluster):
 
 
 def test_unreachable_is_a_connection_error():
-    from jobtap.cli.localredis import free_port
+    from jobtap.sim.localredis import free_port
 
     with pytest.raises(redis.ConnectionError):
         open_redis(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)

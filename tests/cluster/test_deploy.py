@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import redis
 
-from jobtap.cli.localredis import RedisServer, free_port
+from jobtap.sim.localredis import RedisServer, free_port
 from tests.support.acl import NO_RETRY, cli
 from tests.support.paths import ROOT
 from tests.support.wait import eventually

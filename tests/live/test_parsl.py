@@ -17,8 +17,8 @@ import subprocess
 import pytest
 from parsl.jobs.states import JobState
 
-from jobtap.cli.localredis import free_port
 from jobtap.parsl import SlurmProvider
+from jobtap.sim.localredis import free_port
 from tests.psij.upstream import jobtap_on_slurm
 from tests.support.cmdlog import CommandLog
 from tests.support.slurm import SITE

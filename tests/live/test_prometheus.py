@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobtap.cli.localredis import free_port
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import free_port
 from tests.support.paths import ROOT
 from tests.support.pipeline import meta
 from tests.support.wait import eventually

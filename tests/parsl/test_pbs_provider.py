@@ -10,8 +10,8 @@ import subprocess
 
 from parsl.jobs.states import JobState
 
-from jobtap.cli.localredis import free_port
 from jobtap.parsl import PBSProProvider
+from jobtap.sim.localredis import free_port
 from tests.parsl.conftest import SITE
 from tests.support.cmdlog import CommandLog
 from tests.support.wait import eventually

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 from psij import InvalidJobException, Job, JobSpec, JobState
 
-from jobtap.cli.localredis import free_port
+from jobtap.sim.localredis import free_port
 from tests.psij.conftest import SITE
 from tests.psij.support import new_executor
 from tests.support.sdk import Writer, job_record

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
 from tests.support.sdk import SITE, CountingClient, Recorder, Writer
 from tests.support.wait import eventually

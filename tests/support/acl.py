@@ -15,8 +15,8 @@ from redis.retry import Retry
 
 from jobtap.acl import rules as acl
 from jobtap.cli.acl import acl as acl_cli
-from jobtap.cli.localredis import RedisServer
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk
 from tests.support.records import job_record

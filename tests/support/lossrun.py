@@ -47,12 +47,12 @@ import redis
 from rq import Queue
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
 from jobtap.collector.hoststate import FILENAME, HostState
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
 from jobtap.workers.chunk import PRIORITIES, Chunk
 from jobtap.workers.service import taken_unstarted

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from jobtap.cli.localredis import RedisServer, free_port
+from jobtap.sim.localredis import RedisServer, free_port
 from tests.support.wait import eventually
 
 SERVICE = "queues"

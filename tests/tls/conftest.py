@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from tests.support.acl import AclServer
 from tests.support.tls import PKI, make_pki
 

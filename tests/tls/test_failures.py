@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 import jobtap
 from jobtap.cli import poke
-from jobtap.cli.localredis import RedisServer
 from jobtap.cli.status import status as status_cli
 from jobtap.errors import RedisUnavailable, TLSFailed
+from jobtap.sim.localredis import RedisServer
 from tests.support.paths import ROOT
 from tests.support.tls import tls_url
 

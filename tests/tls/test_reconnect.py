@@ -11,8 +11,8 @@ import logging
 import pytest
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
 from jobtap.errors import TLSFailed
+from jobtap.sim.localredis import RedisServer
 from tests.support.sdk import SITE, Recorder, Writer
 from tests.support.tls import make_pki
 from tests.support.wait import eventually

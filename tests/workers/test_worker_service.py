@@ -13,9 +13,9 @@ import threading
 
 from rq import Queue, Worker
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.ship import Shipper
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.chunk import STATE, upsert
 from jobtap.workers.service import run_worker
 from tests.support.records import job_record
