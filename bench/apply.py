@@ -60,7 +60,7 @@ from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk
 from jobtap.workers.metrics import WorkerMetrics, note_in_meta
 from jobtap.workers.service import run_worker, tune_gc
-from tests.support.paths import fixtures_dir
+from sim.rig.paths import fixtures_dir
 
 SITE = "bench"
 FIXTURE = fixtures_dir() / "pbs" / "bench-5000.qstat-f.json.gz"

@@ -24,7 +24,7 @@ from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk, upsert
 from jobtap.workers.epoch import EpochGuard
-from tests.support.records import job_record
+from sim.rig.records import job_record
 
 SITE = "cost"
 

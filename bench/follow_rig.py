@@ -19,7 +19,7 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 JOBTAP = Path(sys.executable).with_name("jobtap")
 

@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=10.0, help="simulated seconds per second")
     ap.add_argument("--jobs", type=int, default=1000)
     args = ap.parse_args()
-    from tests.support.pipeline import check_against_truth, site_events
+    from sim.rig.pipeline import check_against_truth, site_events
 
     server = RedisServer().start()
     keys = SiteKeys(SITE)

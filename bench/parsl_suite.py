@@ -28,9 +28,9 @@ from pathlib import Path
 import parsl
 
 from jobtap.sim.localredis import RedisServer
-from tests.psij.upstream import jobtap_on_slurm
-from tests.support.cmdlog import CommandLog
-from tests.support.slurm import SITE
+from sim.rig.cmdlog import CommandLog
+from sim.rig.psij_upstream import jobtap_on_slurm
+from sim.rig.slurm import SITE
 
 from .snakemake_suite import slurm_turn, status_calls, summary
 

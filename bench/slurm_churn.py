@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.slurm_polling import DOC, ROOT, cancel_all, sbatch, sh, slurm_held, write_doc
-from tests.support.pipeline import chunks_not_applied
-from tests.support.procs import stop_process
-from tests.support.slurm import CLUSTERS, hook_settings, rpc_stats, use
+from sim.rig.pipeline import chunks_not_applied
+from sim.rig.procs import stop_process
+from sim.rig.slurm import CLUSTERS, hook_settings, rpc_stats, use
 
 HEADING = "## Slurm follow mode across churn rates"
 SITE = "slurmchurn"

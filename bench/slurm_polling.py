@@ -51,7 +51,7 @@ def sh(*argv: str, timeout: float = 60, check: bool = True) -> str:
 
 def sdiag_counts() -> Counter[str]:
     """RPC counts by message type since the last ``sdiag --reset``."""
-    from tests.support.slurm import rpc_stats
+    from sim.rig.slurm import rpc_stats
 
     return Counter({name: count for name, (count, _) in rpc_stats(sh("sdiag")).items()})
 
@@ -59,7 +59,7 @@ def sdiag_counts() -> Counter[str]:
 def slurm_held(release: str = "22.05") -> AbstractContextManager[None]:
     """The Slurm's lock of the live tests, held, and the Slurm started
     (22.05's deploy/slurm/start.sh unless told another release of the rig)."""
-    from tests.support.slurm import CLUSTERS
+    from sim.rig.slurm import CLUSTERS
 
     return CLUSTERS[release].held()
 

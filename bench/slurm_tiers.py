@@ -73,7 +73,7 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
-from tests.support.slurm import hook_settings, rpc_stats
+from sim.rig.slurm import hook_settings, rpc_stats
 
 HEADING = "## Slurm: the collector against squeue --json every interval"
 PLANS = {

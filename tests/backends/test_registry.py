@@ -12,7 +12,7 @@ import pytest
 
 from jobtap.cli.collector import collector
 from jobtap.collector.backends import BACKENDS, GROUP, make_backend
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 
 def declared() -> dict[str, str]:

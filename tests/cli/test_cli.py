@@ -9,8 +9,8 @@ import sys
 
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import free_port
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pipeline import site_events
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pipeline import site_events
 
 JOBTAP = [sys.executable, "-m", "jobtap.cli"]
 

@@ -16,7 +16,7 @@ from jobtap.cli import pokecheck
 from jobtap.cli.redissetup import setup_warnings
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
-from tests.support.pbs_hook import run_hook
+from sim.rig.pbs_hook import run_hook
 
 OLD, NEW = "hpc1", "hpc2"
 PASSWORD = "poker-password"

@@ -13,8 +13,8 @@ from redis.cluster import RedisCluster
 from jobtap.connection import is_cluster, open_redis
 from jobtap.errors import ConfigError
 from jobtap.keys import SiteKeys
+from sim.rig.cluster import site_slot
 from tests.support.acl import ADMIN_PW, AclServer
-from tests.support.cluster import site_slot
 
 
 def test_any_node_url_gives_a_cluster_client(clean_cluster):

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from jobtap.sim.localredis import RedisServer, free_port
+from sim.rig.paths import ROOT
+from sim.rig.wait import eventually
 from tests.support.acl import NO_RETRY, cli
-from tests.support.paths import ROOT
-from tests.support.wait import eventually
 
 
 class Node(RedisServer):

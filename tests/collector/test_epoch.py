@@ -13,9 +13,9 @@ from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.sim.localredis import RedisServer
-from tests.support.epochs import Written, check_finals_against_truth
-from tests.support.pipeline import drain
-from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot
+from sim.rig.epochs import Written, check_finals_against_truth
+from sim.rig.pipeline import drain
+from sim.rig.redisloss import reload_from, restart_empty, restart_from, snapshot
 
 SITE = "ce"
 K = SiteKeys(SITE)

@@ -19,9 +19,9 @@ import pytest
 
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import free_port
-from tests.support.paths import ROOT
-from tests.support.pipeline import meta
-from tests.support.wait import eventually
+from sim.rig.paths import ROOT
+from sim.rig.pipeline import meta
+from sim.rig.wait import eventually
 
 SITE = "prom1"
 K = SiteKeys(SITE)

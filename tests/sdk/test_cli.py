@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from jobtap.cli.jobs import register, shell_status
+from sim.rig.paths import ROOT
 from tests.support.ids import eid
-from tests.support.paths import ROOT
 from tests.support.sdk import SITE, K
 
 

@@ -11,9 +11,9 @@ import pytest
 import jobtap
 from jobtap.dedupe import VersionMemory
 from jobtap.sim.localredis import RedisServer
+from sim.rig.wait import eventually
 from tests.support.ids import eid
 from tests.support.sdk import SITE, K, Writer
-from tests.support.wait import eventually
 
 
 def all_ids(r, key=K.events) -> list[str]:

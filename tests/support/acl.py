@@ -19,7 +19,7 @@ from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
 from jobtap.workers.chunk import Chunk
-from tests.support.records import job_record
+from sim.rig.records import job_record
 
 SITE = "hpc1"
 K = SiteKeys(SITE)

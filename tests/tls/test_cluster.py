@@ -16,7 +16,7 @@ from jobtap.cli.acl import acl as acl_cli
 from jobtap.connection import open_redis
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
-from tests.support.cluster import LocalCluster
+from sim.rig.cluster import LocalCluster
 from tests.support.multisite import Audience, SimSite, WorkerPool, check_site, wait_for_everything
 
 CYCLES = 3

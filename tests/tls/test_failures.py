@@ -20,8 +20,8 @@ from jobtap.cli import poke
 from jobtap.cli.status import status as status_cli
 from jobtap.errors import RedisUnavailable, TLSFailed
 from jobtap.sim.localredis import RedisServer
-from tests.support.paths import ROOT
-from tests.support.tls import tls_url
+from sim.rig.paths import ROOT
+from sim.rig.tls import tls_url
 
 BOUND = 8.0  # seconds: the CLI's connect timeout is 5 s, the SDK's here 2 s
 

@@ -18,9 +18,9 @@ from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.chunk import STATE, upsert
 from jobtap.workers.service import run_worker
-from tests.support.records import job_record
-from tests.support.redisloss import restart_empty
-from tests.support.wait import eventually
+from sim.rig.records import job_record
+from sim.rig.redisloss import restart_empty
+from sim.rig.wait import eventually
 
 SITE = "wk"
 K = SiteKeys(SITE)

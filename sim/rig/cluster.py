@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster, key_slot
 
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer, TLSFiles, free_port
-from tests.support.wait import eventually
+from sim.rig.wait import eventually
 
 NODE_TIMEOUT_MS = 1000  # how long a primary may be silent before its replica takes over
 

@@ -56,9 +56,9 @@ from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
 from jobtap.workers.chunk import PRIORITIES, Chunk
 from jobtap.workers.service import taken_unstarted
-from tests.support.epochs import Written, check_finals_against_truth, content
-from tests.support.redisloss import restart_empty, restart_from, snapshot
-from tests.support.wait import eventually
+from sim.rig.epochs import Written, check_finals_against_truth, content
+from sim.rig.redisloss import restart_empty, restart_from, snapshot
+from sim.rig.wait import eventually
 
 SITE = "loss"
 K = SiteKeys(SITE)

@@ -20,7 +20,7 @@ from pathlib import Path
 import redis
 
 from jobtap.sim.localredis import RedisServer, free_port
-from tests.support.wait import eventually
+from sim.rig.wait import eventually
 
 SERVICE = "queues"
 DOWN_AFTER_MS = 1000
