@@ -52,15 +52,15 @@ from pathlib import Path
 
 import orjson
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import normalise_job
 from jobtap.collector.ship import Shipper, chunked
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
 from jobtap.workers.metrics import WorkerMetrics, note_in_meta
 from jobtap.workers.service import run_worker, tune_gc
-from tests.support.paths import fixtures_dir
+from sim.rig.paths import fixtures_dir
 
 SITE = "bench"
 FIXTURE = fixtures_dir() / "pbs" / "bench-5000.qstat-f.json.gz"

@@ -6,7 +6,7 @@ and on the cluster with the sites spread over three shards.
 
 Starts its own servers on free loopback ports: a plain redis-server for the
 rq queues (and, in the first setup, the data), and a local Redis Cluster of
-three primaries and three replicas (tests/support/cluster.py).  Each setup:
+three primaries and three replicas (sim/rig/cluster.py).  Each setup:
 ``--sites`` sites of ``--jobs`` real PBS records each (bench/apply.py) are
 applied once as new jobs, then ``--rounds`` times as changed jobs (a state
 change and new resources_used: every item a diff with an event).  A changed
@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 
 from bench.apply import records_for_round, sample_natives
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.ship import Shipper
 from jobtap.connection import open_redis
 from jobtap.keys import SiteKeys
-from tests.support.cluster import LocalCluster, flush
+from jobtap.sim.localredis import RedisServer
+from sim.rig.cluster import LocalCluster, flush
 
 
 def worker_proc(data_url: str, queue_url: str, sites: list[str], ready, go, done) -> None:

@@ -4,7 +4,7 @@ subscriber of its replica (the message crosses the cluster bus).
 
     python -m bench.cluster_bus [--messages 2000] [--every-ms 1]
 
-Starts a local Redis Cluster (3 primaries, 3 replicas; tests/support/cluster.py),
+Starts a local Redis Cluster (3 primaries, 3 replicas; sim/rig/cluster.py),
 subscribes one raw connection to a channel on the primary that holds it and one
 on its replica (READONLY, then SSUBSCRIBE), and publishes ``--messages`` messages
 carrying their send time, one every ``--every-ms``.  Explains the difference
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from tests.support.cluster import LocalCluster
+from sim.rig.cluster import LocalCluster
 
 CHANNEL = "jobtap:{bench}:all"
 

@@ -27,12 +27,12 @@ import time
 
 import orjson
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.backends.pbs import normalise_job, parse_qstat_jobs
 from jobtap.collector.cycle import Collector, CycleReport
 from jobtap.collector.metrics import CollectorMetrics
 from jobtap.sim import Simulation
+from jobtap.sim.localredis import RedisServer
 
 SITE = "bench"
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import redis
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.contract.chunk import Chunk, upsert
 from jobtap.contract.epoch import EpochGuard
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
-from tests.support.records import job_record
+from sim.rig.records import job_record
 
 SITE = "cost"
 

@@ -45,8 +45,8 @@ from jobtap.collector.backends.base import Backend
 from jobtap.collector.backends.flux import FluxBackend, encode_f58
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
-from tests.fakes import flux_standin
-from tests.support.paths import FAKE_BIN, fixtures_dir
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.standins import flux_standin
 
 FIXTURES = fixtures_dir() / "flux"
 # The recorded jobs begin this long after the collector started (its first
@@ -89,7 +89,7 @@ class PlanRig(FollowRig):
     def start(self, backend: Backend, backend_name: str) -> PlanRig:
         import jobtap
         from bench.follow_rig import JOBTAP
-        from tests.support.paths import ROOT
+        from sim.rig.paths import ROOT
 
         self.worker = subprocess.Popen(
             [str(JOBTAP), "worker", "--redis", self.server.url, "--site", self.site],

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.base import Backend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
-from tests.support.paths import ROOT
+from jobtap.sim.localredis import RedisServer
+from sim.rig.paths import ROOT
 
 JOBTAP = Path(sys.executable).with_name("jobtap")
 

@@ -19,13 +19,13 @@ import sys
 import threading
 import time
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.cycle import Collector
 from jobtap.collector.follow.pokes import poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
+from jobtap.sim.localredis import RedisServer
 
 SITE = "soak"
 
@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--speed", type=float, default=10.0, help="simulated seconds per second")
     ap.add_argument("--jobs", type=int, default=1000)
     args = ap.parse_args()
-    from tests.support.pipeline import check_against_truth, site_events
+    from sim.rig.pipeline import check_against_truth, site_events
 
     server = RedisServer().start()
     keys = SiteKeys(SITE)

@@ -4,7 +4,7 @@
                             [--sites 1] [--cluster]
 
 Starts its own redis-server on a free port (``--cluster``: a local Redis Cluster
-of three primaries and three replicas, tests/support/cluster.py, with the sites
+of three primaries and three replicas, sim/rig/cluster.py, with the sites
 one to a shard).  ``--clients`` SDK clients (one per user, the users spread over
 ``--sites`` sites and the clients over ``--procs`` processes) each make
 ``--subs`` subscriptions, each to its own share of that user's jobs; a separate
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     os.environ["JOBTAP_SUBSCRIBE_ON"] = args.subscribe_on  # the client processes inherit it
 
-    from jobtap.cli.localredis import RedisServer
+    from jobtap.sim.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     raise_open_files()  # the servers inherit it
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
         import tempfile
         from pathlib import Path
 
-        from tests.support.cluster import LocalCluster
+        from sim.rig.cluster import LocalCluster
 
         workdir = Path(tempfile.mkdtemp(prefix="jobtap-bench-cluster-"))
         server = LocalCluster(workdir, node_args=["--maxclients", "20000"]).start()

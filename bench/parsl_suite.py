@@ -27,10 +27,10 @@ from pathlib import Path
 
 import parsl
 
-from jobtap.cli.localredis import RedisServer
-from tests.psij.upstream import jobtap_on_slurm
-from tests.support.cmdlog import CommandLog
-from tests.support.slurm import SITE
+from jobtap.sim.localredis import RedisServer
+from sim.rig.cmdlog import CommandLog
+from sim.rig.psij_upstream import jobtap_on_slurm
+from sim.rig.slurm import SITE
 
 from .snakemake_suite import slurm_turn, status_calls, summary
 

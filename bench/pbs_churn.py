@@ -9,8 +9,8 @@ final, and whether the follow path reads a batch of pokes with one ``qstat
     .venv/bin/python -m bench.pbs_churn --levels burst --seconds 30 --held 500
 
 There is no PBS server here: the ``qstat``, ``qselect`` and ``pbsnodes``
-stand-ins (tests/fakes) play it, each call priced by their model of OpenPBS
-23.06 (tests/fakes/pbs_standin.py: 35 ms per server connection through
+stand-ins (sim/standins) play it, each call priced by their model of OpenPBS
+23.06 (sim/standins/pbs_standin.py: 35 ms per server connection through
 ``pbs_iff``, 0.17 ms per job record qstat prints, 17 ms per qselect plus 1 us
 per id it prints, 200 ms when the same user ran qstat earlier in that second,
 1 s waits when no port is free) and written to the stand-ins' log, part by
@@ -81,11 +81,11 @@ from bench.pbs_rig import (
     use_standins,
     write_control,
 )
-from tests.fakes.pbs_standin import RECORD_AT_5000
-from tests.support.paths import FAKE_BIN
-from tests.support.pbs_hook import run_hook
-from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
-from tests.support.pipeline import chunks_not_applied
+from sim.rig.paths import FAKE_BIN
+from sim.rig.pbs_hook import run_hook
+from sim.rig.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
+from sim.rig.pipeline import chunks_not_applied
+from sim.standins.pbs_standin import RECORD_AT_5000
 
 SITE = "pbschurn"
 HELD = ("10-busy.qstat-f.json", "4.vm")  # a real held job (Hold_Types u)

@@ -17,11 +17,11 @@ qstat calls per job end: the ``qstat -x`` calls of the follow path (refreshes
 of poked jobs), per job; the probe cycles' own calls are counted apart.
 
 There is no PBS here: the qstat stand-in plays the server, with OpenPBS's costs
-(tests/fakes/pbs_standin.py: the 200 ms same-second throttle, 35 ms per
+(sim/standins/pbs_standin.py: the 200 ms same-second throttle, 35 ms per
 connection) and its jobs ending one by one at set times (``"ends"``): before
 its end a job is running, after it ``qstat -x`` shows it finished.  The hook is
 deploy/pbs/jobtap_poke_hook.py itself, run with a stand-in of PBS's ``pbs``
-module (tests/support/pbs_hook.py).  A real ``jobtap worker`` applies the
+module (sim/rig/pbs_hook.py).  A real ``jobtap worker`` applies the
 chunks; an SDK client in this process takes the callbacks.  The collector is
 the real service (full stat every 5 s, ``--follow``) in this process.
 
@@ -53,9 +53,9 @@ from bench.pbs_rig import (
     standin_backend,
     use_standins,
 )
-from jobtap.cli.localredis import RedisServer
-from tests.support.pbs_hook import run_hook
-from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
+from jobtap.sim.localredis import RedisServer
+from sim.rig.pbs_hook import run_hook
+from sim.rig.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
 
 MODES = {
     "before": "jobobit poke, no record (qstat re-check)",

@@ -1,6 +1,6 @@
 """PBS: a collector cycle in which 1,000 jobs leave the live list at once (the end
 of a job array) and are resolved from history, through the qstat stand-in that
-charges what a real OpenPBS 23.06 charges (tests/fakes/pbs_standin.py: the
+charges what a real OpenPBS 23.06 charges (sim/standins/pbs_standin.py: the
 200 ms same-second throttle, 35 ms per authenticated connection, ~400
 privileged ports held 60 s in TIME_WAIT, 1 s per retry when they run out).
 
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.pbs import PBSBackend
 from jobtap.collector.cycle import Collector
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
+from jobtap.sim.localredis import RedisServer
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
 
 FIXTURES = fixtures_dir() / "pbs"
 

@@ -1,12 +1,12 @@
 """The PBS stand-ins as the server of a follow-mode bench, shared by
 ``bench.pbs_follow_latency`` and ``bench.pbs_churn``: the real backend on the
-stand-in commands (``tests/fakes/bin``), counting what it runs, the server
+stand-in commands (``sim/standins/bin``), counting what it runs, the server
 hook (deploy/pbs/jobtap_poke_hook.py) run with a stand-in of PBS's ``pbs``
 module, and the names of the commands as the stand-ins' log and the backend
 both see them.
 
 There is no PBS server here: the ``qstat`` and ``qselect`` stand-ins play it
-with OpenPBS's costs (tests/fakes/pbs_standin.py), reading a control file that
+with OpenPBS's costs (sim/standins/pbs_standin.py), reading a control file that
 says which jobs exist when (``"appear"``, ``"ends"``)."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 from bench.follow_rig import JOBTAP, FollowRig
 from jobtap.collector.backends.pbs import PBSBackend
 from jobtap.keys import POKES_MAXLEN
-from tests.backends.test_pbs_hook_record import at_jobobit, pbs_job
-from tests.support.paths import FAKE_BIN, fixtures_dir
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pbs_hook import at_jobobit, pbs_job
 
 FIXTURES = fixtures_dir() / "pbs"
 

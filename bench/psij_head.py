@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 
 def venv_with(venv: Path, checkout: Path) -> Path:

@@ -1,5 +1,5 @@
 """PSI/J's executor tests (the psij-python sdist's unmodified test files, with the
-harness of tests/psij/harness) on the real Slurm of deploy/slurm/start.sh, PSI/J's
+harness of sim/rig/psij_harness) on the real Slurm of deploy/slurm/start.sh, PSI/J's
 stock ``slurm`` executor and ``jobtap-slurm`` side by side; jobtap in follow mode
 (the slurmctld hook, ``jobtap collector --follow``, ``jobtap worker``) on a fresh
 redis-server.  Prints both columns, their totals and the ratio; exits 1 if a test
@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
-from tests.psij.upstream import (
+from jobtap.sim.localredis import RedisServer
+from sim.rig.psij_upstream import (
     EXECUTOR_TESTS,
     EXECUTORS,
     check_side_by_side,
@@ -34,7 +34,7 @@ from tests.psij.upstream import (
     prepare,
     run_suite,
 )
-from tests.support.slurm import SLURM_22, cancel_everything
+from sim.rig.slurm import SLURM_22, cancel_everything
 
 
 def main(argv: list[str]) -> int:

@@ -2,7 +2,7 @@
 
     python -m bench.redis_loss_soak [--minutes 30] [--every 3] [--jobs 400]
 
-The scenario of issue 12 (tests.support.lossrun): the sim pipeline with an
+The scenario of issue 12 (sim.rig.lossrun): the sim pipeline with an
 in-process collector, a real ``jobtap worker`` kept running by a supervisor, a
 ``client.stream()`` consumer, an ``all_jobs=True`` subscriber and a ``wait()``.
 Every ``--every`` minutes Redis is SIGKILLed in the middle of the flow and
@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
-from tests.support.lossrun import LossRun
+from jobtap.sim.localredis import RedisServer
+from sim.rig.lossrun import LossRun
 
 
 def main() -> None:

@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.slurm_polling import DOC, ROOT, cancel_all, sbatch, sh, slurm_held, write_doc
-from tests.support.pipeline import chunks_not_applied
-from tests.support.procs import stop_process
-from tests.support.slurm import CLUSTERS, hook_settings, rpc_stats, use
+from sim.rig.pipeline import chunks_not_applied
+from sim.rig.procs import stop_process
+from sim.rig.slurm import CLUSTERS, hook_settings, rpc_stats, use
 
 HEADING = "## Slurm follow mode across churn rates"
 SITE = "slurmchurn"
@@ -160,8 +160,8 @@ def run_baseline(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
 
 def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
     import jobtap
-    from jobtap.cli.localredis import RedisServer
     from jobtap.keys import SiteKeys
+    from jobtap.sim.localredis import RedisServer
 
     keys = SiteKeys(SITE)
     phase = Phase(f"`jobtap collector --follow --interval {args.interval:g}`")

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.slurm_polling import cancel_all, sdiag_counts, sh, slurm_held
-from tests.support.procs import stop_process
-from tests.support.slurm import JOBTAP, hook_settings
+from sim.rig.procs import stop_process
+from sim.rig.slurm import JOBTAP, hook_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
@@ -84,8 +84,8 @@ class Phase:
 
 def run_phase(args: argparse.Namespace, workdir: Path, follow: bool) -> Phase:
     import jobtap
-    from jobtap.cli.localredis import RedisServer
     from jobtap.keys import SiteKeys
+    from jobtap.sim.localredis import RedisServer
 
     keys = SiteKeys(SITE)
 

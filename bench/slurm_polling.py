@@ -51,7 +51,7 @@ def sh(*argv: str, timeout: float = 60, check: bool = True) -> str:
 
 def sdiag_counts() -> Counter[str]:
     """RPC counts by message type since the last ``sdiag --reset``."""
-    from tests.support.slurm import rpc_stats
+    from sim.rig.slurm import rpc_stats
 
     return Counter({name: count for name, (count, _) in rpc_stats(sh("sdiag")).items()})
 
@@ -59,7 +59,7 @@ def sdiag_counts() -> Counter[str]:
 def slurm_held(release: str = "22.05") -> AbstractContextManager[None]:
     """The Slurm's lock of the live tests, held, and the Slurm started
     (22.05's deploy/slurm/start.sh unless told another release of the rig)."""
-    from tests.support.slurm import CLUSTERS
+    from sim.rig.slurm import CLUSTERS
 
     return CLUSTERS[release].held()
 
@@ -153,10 +153,10 @@ def run_polling(args: argparse.Namespace, jobs: list[str]) -> Phase:
 
 def run_jobtap(args: argparse.Namespace, workdir: Path) -> Phase:
     import jobtap
-    from jobtap.cli.localredis import RedisServer
     from jobtap.collector.backends.slurm import SlurmBackend
     from jobtap.collector.cycle import Collector
     from jobtap.collector.service import CollectorService
+    from jobtap.sim.localredis import RedisServer
 
     phase = Phase(
         f"{args.tools} tools subscribed through jobtap (collector every {args.interval:g}s)"

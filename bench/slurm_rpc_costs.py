@@ -30,7 +30,7 @@ from bench.slurm_tiers import fill_queue
 from jobtap.collector.backends.slurm import PROBE_FORMAT, format_of_release
 from jobtap.collector.backends.slurm import rest as slurm_rest
 from jobtap.collector.backends.slurm.backend import LISTING_ARGV
-from tests.support.slurm import CLUSTERS, rpc_stats
+from sim.rig.slurm import CLUSTERS, rpc_stats
 
 
 def measure(label: str, argv: list[str], runs: int, data: bytes | None = None) -> None:

@@ -68,12 +68,12 @@ from bench.slurm_polling import (
     stop_services,
     write_doc,
 )
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.backends.slurm import SlurmBackend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
-from tests.support.slurm import hook_settings, rpc_stats
+from jobtap.sim.localredis import RedisServer
+from sim.rig.slurm import hook_settings, rpc_stats
 
 HEADING = "## Slurm: the collector against squeue --json every interval"
 PLANS = {

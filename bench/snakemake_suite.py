@@ -6,7 +6,7 @@ side; jobtap in follow mode (the slurmctld hook, ``jobtap collector --follow``,
 1. the issue's workflow: 12 jobs (11 independent ones, then one that gathers
    them), each sleeping 3 s, as ``snakemake --executor ...``;
 2. the plugin's own test suite (``tests/tests.py`` of its sdist, unmodified, its
-   workflow classes; tests/snakemake/harness switches the executor).
+   workflow classes; sim/rig/snakemake_harness switches the executor).
 
 Prints each side's wall time and the scheduler commands it ran (sacct, squeue,
 scontrol, sinfo: logged by wrappers first on PATH); exits 1 if jobtap-slurm is
@@ -30,13 +30,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
-from tests.psij.upstream import jobtap_on_slurm
-from tests.snakemake.upstream import prepare, run_suite
-from tests.support import cmdlog
-from tests.support.cmdlog import CommandLog
-from tests.support.slurm import SITE, SLURM_22, cancel_everything
-from tests.support.snakemake import run_workflow, write_workflow
+from jobtap.sim.localredis import RedisServer
+from sim.rig import cmdlog
+from sim.rig.cmdlog import CommandLog
+from sim.rig.psij_upstream import jobtap_on_slurm
+from sim.rig.slurm import SITE, SLURM_22, cancel_everything
+from sim.rig.snakemake import run_workflow, write_workflow
+from sim.rig.snakemake_upstream import prepare, run_suite
 
 EXECUTORS = ("slurm", "jobtap-slurm")
 

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     import jobtap
-    from jobtap.cli.localredis import RedisServer
+    from jobtap.sim.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
     server = RedisServer().start()

@@ -1,6 +1,6 @@
 """How long a site has no active collector when the active one dies or pauses.
 
-Two collector processes of one simulated site (tests/support/standby.py: the
+Two collector processes of one simulated site (sim/rig/standby.py: the
 same simulated cluster on a shared clock, each named as a host of its own), a
 real ``jobtap worker``, a fresh redis-server per round.  Each round the active
 collector is either SIGKILLed right after a shipment (mid-burst, before it
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.contract.lease import default_lease
-from tests.support.pipeline import meta
-from tests.support.standby import SITE, Site, proc_state, wait_holder
-from tests.support.wait import eventually
+from jobtap.sim.localredis import RedisServer
+from sim.rig.pipeline import meta
+from sim.rig.standby import SITE, Site, proc_state, wait_holder
+from sim.rig.wait import eventually
 
 
 def one_round(kind: str, workdir: Path, interval: float, lease: float) -> dict[str, float]:

@@ -31,10 +31,10 @@ import statistics
 import time
 
 from bench.cycle import bare_loads
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
 from jobtap.collector.plan import PROBE, RECONCILE
 from jobtap.sim import SimBackend, Simulation
+from jobtap.sim.localredis import RedisServer
 
 SITE = "bench-tiers"
 

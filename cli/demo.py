@@ -56,8 +56,9 @@ from .options import check_site_option, connect
 def demo(redis_url, site, jobs, nodes, interval, n_workers, as_json, duration):
     """Everything on one machine: a local redis-server, the sim backend, the
     collector, workers and `jobtap top` (q quits).  Ctrl-C stops it all."""
+    from jobtap.sim.localredis import RedisServer
+
     from .collector import check_interval
-    from .localredis import RedisServer
 
     check_interval(interval, "sim")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 
 # The suite never skips (tests/support/noskip.py).
 pytest_plugins = ["tests.support.noskip"]
@@ -30,7 +30,7 @@ def durable_redis(tmp_path):
 @pytest.fixture
 def reloadable_redis(tmp_path):
     """A redis-server whose data a test may send back to an older snapshot
-    without restarting it (tests.support.redisloss.reload_from)."""
+    without restarting it (sim.rig.redisloss.reload_from)."""
     server = RedisServer(tmp_path / "redis", args=["--enable-debug-command", "local"]).start()
     yield server
     server.stop()

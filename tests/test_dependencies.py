@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # how each tool of the extras numbers its releases

@@ -1,11 +1,16 @@
 """The folders' dependencies point one way (docs/architecture.md): read every
-module's imports and check who may import whom."""
+module's imports and check who may import whom.  The rig (sim/rig, sim/standins)
+is a checkout's, not the wheel's: the shipped packages never import it, it and
+bench/ never import tests/, and it is imported as ``sim.rig``, never as
+``jobtap.sim.rig``."""
 
 from __future__ import annotations
 
 import ast
 from importlib.util import resolve_name
 from pathlib import Path
+
+from tests.support.release import CHECKOUT_ONLY
 
 ROOT = Path(__file__).resolve().parent.parent
 # folder -> its package, and the jobtap packages it may import besides itself
@@ -42,6 +47,32 @@ SUBPACKAGES = (
 )
 
 
+def shipped(folder: str) -> list[Path]:
+    """The modules of a package folder that the wheel holds (not the rig)."""
+    return [
+        path
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if not any(path.is_relative_to(ROOT / rig) for rig in CHECKOUT_ONLY)
+    ]
+
+
+def absolute_imports(path: Path) -> set[str]:
+    """Every module name ``path`` imports absolutely (``from x import y`` gives
+    ``x`` and ``x.y``)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def under(name: str, *tops: str) -> bool:
+    return any(name == top or name.startswith(f"{top}.") for top in tops)
+
+
 def imported(path: Path, package: str) -> set[str]:
     """The jobtap names ``path`` imports, relative imports resolved against
     ``package`` (the package the module is in)."""
@@ -72,12 +103,64 @@ def allowed(name: str, own: str, may: set[str]) -> bool:
 def test_dependencies_point_one_way():
     wrong = []
     for folder, (package, may) in PACKAGES.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in shipped(folder):
             parts = path.relative_to(ROOT / folder).parent.parts
             for name in imported(path, ".".join((package, *parts))):
                 if not allowed(name, package, may):
                     wrong.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_bench_and_the_rig_import_nothing_from_tests():
+    """What the benches share with the tests lives in the rig (sim/rig,
+    sim/standins); tests/ is the tests' own."""
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for folder in ("bench", *CHECKOUT_ONLY)
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for name in absolute_imports(path)
+        if under(name, "tests")
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_wheel_s_code_imports_no_checkout_folder():
+    """The shipped packages import neither the rig nor tests/ nor bench/, which a
+    pip-installed jobtap does not have."""
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for folder in PACKAGES
+        for path in shipped(folder)
+        for name in absolute_imports(path)
+        if under(name, "sim", "tests", "bench")
+        or under(name, *(f"jobtap.{rig.replace('/', '.')}" for rig in CHECKOUT_ONLY))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rig_is_imported_by_its_checkout_name_only():
+    """``sim.rig``, never ``jobtap.sim.rig`` (an editable install would find that
+    too, as a second copy of every module)."""
+    checkout = [p for p in ROOT.glob("*") if p.is_dir() and not p.name.startswith(".")]
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for folder in checkout
+        for path in sorted(folder.rglob("*.py"))
+        for name in absolute_imports(path)
+        if under(name, *(f"jobtap.{rig.replace('/', '.')}" for rig in CHECKOUT_ONLY))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_collector_names_no_backend_by_string():
+    """Backends plug in as entry points (pyproject.toml, group ``jobtap.backends``):
+    the collector names no backend module by its path, so not the simulator either."""
+    named = [
+        f"{path.relative_to(ROOT)}"
+        for path in sorted((ROOT / "collector").rglob("*.py"))
+        if "jobtap.sim" in path.read_text()
+    ]
+    assert not named
 
 
 def test_the_check_sees_a_wrong_import(tmp_path):
@@ -96,3 +179,7 @@ def test_the_check_sees_a_wrong_import(tmp_path):
         "jobtap.workers.apply.Applier", "jobtap.collector", {"jobtap.workers.queues"}
     )
     assert not allowed("jobtap.cli.app.main", "jobtap.sim", {"jobtap", "jobtap.collector.backends"})
+    bench = tmp_path / "b.py"
+    bench.write_text("from tests.support.sdk import Writer\nimport tests.psij.upstream\n")
+    assert under("tests.support.sdk", "tests") and not under("testsuite", "tests")
+    assert {"tests.support.sdk", "tests.psij.upstream"} <= absolute_imports(bench)

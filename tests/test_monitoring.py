@@ -17,7 +17,7 @@ from jobtap.collector.follow.pokes import PokeReader
 from jobtap.collector.metrics import CollectorMetrics
 from jobtap.keys import SiteKeys
 from jobtap.workers.metrics import WorkerMetrics
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 DASHBOARD = ROOT / "deploy" / "grafana" / "jobtap-dashboard.json"

@@ -23,9 +23,17 @@ import zipfile
 
 import pytest
 
+from sim.rig.paths import ROOT
 from tests.psij.test_psij_parts import IMPORTS as PSIJ_PROBE
-from tests.support.paths import ROOT
-from tests.support.release import Dists, Venv, build_dists, heavy, loaded_after, version
+from tests.support.release import (
+    CHECKOUT_ONLY,
+    Dists,
+    Venv,
+    build_dists,
+    heavy,
+    loaded_after,
+    version,
+)
 
 # one worker builds and installs once (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("release")
@@ -73,6 +81,9 @@ def test_the_sdist_holds_what_a_build_needs_and_no_tests(dists):
     # MANIFEST.in: `prune tests` (setuptools would add tests/test*.py), the changelog in
     assert top == {"pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", "LICENSE",
                    "docs", "deploy", *tops, *generated}  # fmt: skip
+    # sim/'s rig and stand-ins serve a checkout's tests and benches (MANIFEST.in prunes them)
+    assert not [name for name in names if name.startswith(tuple(f"{f}/" for f in CHECKOUT_ONLY))]
+    assert {"sim/model.py", "sim/backend.py", "sim/localredis.py"} <= set(names)
 
 
 # a file or folder of the checkout that jobtap's code names: docs/security.md, deploy/systemd/
@@ -133,6 +144,7 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
         for package, folder in package_dir.items()
         for path in (dists.source / folder).rglob("*")
         if path.is_file()
+        and not any(path.is_relative_to(dists.source / rig) for rig in CHECKOUT_ONLY)
     }
     assert {name for name in names if not name.startswith(info)} == expected
     assert {
@@ -154,6 +166,8 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
     assert not {name for name in names if name.startswith("psij-descriptors/__init__")}
     assert f"\nVersion: {version()}\n" in metadata
     assert "jobtap = jobtap.cli:main" in entry_points
+    assert "sim = jobtap.sim.backend:SimBackend" in entry_points  # the backends' group
+
     # the integrations' extras and no others: the test tools are a dependency group
     extras = {
         line.split(": ")[1] for line in metadata.splitlines() if line.startswith("Provides-Extra")
@@ -161,6 +175,24 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
     assert extras == {"psij", "parsl", "snakemake"}
     assert not [line for line in metadata.splitlines() if line.startswith("Requires-Dist")
                 and any(tool in line for tool in ("pytest", "ruff", "mypy"))]  # fmt: skip
+
+
+def test_the_wheel_holds_the_simulator_and_not_the_rig(dists):
+    """What a user runs ships: the simulator and the redis-server of `jobtap demo`
+    (jobtap.sim).  The rig beside it in sim/ (sim/rig: redis clusters, Sentinels,
+    the pipeline, eventually(); sim/standins: the scheduler stand-ins) serves a
+    checkout's tests and benches and is no part of the wheel."""
+    with zipfile.ZipFile(dists.wheel) as whl:
+        names = set(whl.namelist())
+    sim = {name for name in names if name.startswith("jobtap/sim/")}
+    assert {f"jobtap/sim/{module}.py" for module in (
+        "__init__", "model", "render", "pbs", "faults", "truth", "backend", "localredis",
+    )} == sim  # fmt: skip
+    rig = {f"jobtap/{folder}/" for folder in CHECKOUT_ONLY} | {f"{f}/" for f in CHECKOUT_ONLY}
+    assert not [name for name in names if name.startswith(tuple(rig))]
+    assert not [name for name in names if "standin" in name or "/rig/" in name]
+    # and the checkout has them, where tests and `python -m bench.X` import them
+    assert all((ROOT / folder / "__init__.py").is_file() for folder in CHECKOUT_ONLY)
 
 
 def test_the_changelog_has_the_versions_heading():

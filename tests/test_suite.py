@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 

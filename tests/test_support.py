@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from sim.rig.wait import eventually
 from tests.support.reaper import run_reaped
-from tests.support.wait import eventually
 
 
 def test_eventually_returns_the_first_true_value():

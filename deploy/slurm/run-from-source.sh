@@ -33,7 +33,7 @@
 #
 # Clients: $STATE/bin holds wrappers of the commands with this cluster's
 # SLURM_CONF; first on PATH, they drive it (the live tests run on such a
-# release with JOBTAP_SLURM_FROM_SOURCE=VERSION: tests/support/slurm.py).
+# release with JOBTAP_SLURM_FROM_SOURCE=VERSION: sim/rig/slurm.py).
 #
 # Environment: JOBTAP_SLURM_MIN_JOB_AGE (default 10), JOBTAP_SLURM_TIMEOUT (seconds
 # per daemon, default 60), JOBTAP_SLURM_NODES (default "n1 n2 n3 n4").

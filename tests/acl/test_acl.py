@@ -21,8 +21,10 @@ from jobtap import credentials
 from jobtap.acl import files as acl_files
 from jobtap.acl import rules as acl
 from jobtap.cli import acl as cli_acl
-from jobtap.cli.localredis import RedisServer, free_port
 from jobtap.keys import escape_user
+from jobtap.sim.localredis import RedisServer, free_port
+from sim.rig.paths import ROOT
+from sim.rig.wait import eventually
 from tests.support.acl import (
     ADMIN_PW,
     HOSTILE,
@@ -36,10 +38,8 @@ from tests.support.acl import (
     run,
     set_up_users,
 )
-from tests.support.paths import ROOT
 from tests.support.prereq import missing
 from tests.support.sdk import CountingClient, once_subscribed
-from tests.support.wait import eventually
 
 
 def test_rules_of_a_user_are_exactly_these():

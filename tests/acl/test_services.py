@@ -17,6 +17,8 @@ import redis
 import jobtap
 from jobtap.acl import rules as acl
 from jobtap.keys import SiteKeys
+from sim.rig.paths import ROOT
+from sim.rig.wait import eventually
 from tests.support.acl import (
     NO_RETRY,
     OPERATOR_PW,
@@ -29,8 +31,6 @@ from tests.support.acl import (
     run,
     set_up_users,
 )
-from tests.support.paths import ROOT
-from tests.support.wait import eventually
 
 
 def run_jobtap(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

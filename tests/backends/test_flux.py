@@ -1,7 +1,7 @@
 """The Flux backend against real flux-core 0.88 output (``tests/fixtures/flux``):
 parsers, normalisers, the journal reader, and
 ``FluxBackend`` end to end through a stand-in for ``flux`` that replays those
-files (tests/fakes/flux_standin.py), with a real redis-server and rq worker.
+files (sim/standins/flux_standin.py), with a real redis-server and rq worker.
 
 The stand-in can also rebuild every job as it stood at any moment from its
 final record and eventlog (``"time"``); the first tests check that this
@@ -53,9 +53,9 @@ from jobtap.collector.cycle import Collector, CycleFailed
 from jobtap.collector.fingerprint import fingerprint
 from jobtap.keys import SiteKeys
 from jobtap.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, QUEUE_FIELDS, TERMINAL, from_hash
-from tests.fakes import flux_standin
-from tests.support.paths import FAKES, ROOT, fixtures_dir
-from tests.support.pipeline import drain, site_events
+from sim.rig.paths import FAKES, ROOT, fixtures_dir
+from sim.rig.pipeline import drain, site_events
+from sim.standins import flux_standin
 
 FIXTURES = fixtures_dir() / "flux"
 FAKE_FLUX = FAKES / "bin" / "flux"
@@ -134,7 +134,7 @@ def stable(record: dict) -> dict:
 
 
 class FakeFlux:
-    """Controls the flux stand-in (tests/fakes) through its control file."""
+    """Controls the flux stand-in (sim/standins) through its control file."""
 
     def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         self.control = tmp_path / "fake-flux.json"
@@ -919,8 +919,8 @@ def test_follow_mode_lists_jobs_only_to_reconcile(fake: FakeFlux, r, tmp_path: P
     import threading
 
     from jobtap.collector.service import CollectorService
-    from tests.support.pipeline import meta
-    from tests.support.wait import eventually
+    from sim.rig.pipeline import meta
+    from sim.rig.wait import eventually
 
     calls = tmp_path / "calls.jsonl"
     settings = {"journal_speed": 5, "journal_clock": str(tmp_path / "clock"),

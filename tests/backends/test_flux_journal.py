@@ -20,8 +20,8 @@ from jobtap.collector.backends.flux_journal import (
     ordered,
 )
 from jobtap.collector.fingerprint import fingerprint
-from tests.fakes import flux_standin
-from tests.support.paths import fixtures_dir
+from sim.rig.paths import fixtures_dir
+from sim.standins import flux_standin
 
 FIXTURES = fixtures_dir() / "flux"
 
@@ -159,7 +159,7 @@ def test_follow_mode_refreshes_what_the_journal_gives_first(r, tmp_path, monkeyp
     from jobtap.collector.follow.pokes import PokeReader, poke
     from jobtap.collector.service import CollectorService
     from jobtap.keys import SiteKeys
-    from tests.support.paths import FAKE_BIN
+    from sim.rig.paths import FAKE_BIN
 
     ok, held = JOBS["ok-117272739840"], JOBS["held-251003928576"]
     ok_id, held_id = encode_f58(ok.final["id"]), encode_f58(held.final["id"])

@@ -1,7 +1,7 @@
 """The Flux journal reader run the way a real Flux runs it: ``flux python SCRIPT``
 is the system Python with Flux's bindings on PYTHONPATH and the script's folder
-first on ``sys.path``, no project package importable (tests/fakes/flux_standin.py
-and its bindings stand-in, tests/fakes/flux_bindings).  On a real Flux the
+first on ``sys.path``, no project package importable (sim/standins/flux_standin.py
+and its bindings stand-in, sim/standins/flux_bindings).  On a real Flux the
 reader, then beside the backend's ``flux.py``, imported that file instead of the
 bindings and the feed never started; these tests fail on that layout."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from jobtap.collector.backends.flux import READER_PATH, FluxBackend
+from sim.rig.paths import FAKE_BIN, ROOT, fixtures_dir
 from tests.support.flux import fake_flux
-from tests.support.paths import FAKE_BIN, ROOT, fixtures_dir
 
 FIXTURES = fixtures_dir() / "flux"
 FLUX = str(FAKE_BIN / "flux")

@@ -30,7 +30,7 @@ from jobtap.collector.backends.pbs import (
     parse_qstat_queues,
 )
 from jobtap.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, NODE_STATES, QUEUE_FIELDS
-from tests.support.paths import FAKE_BIN, fixtures_dir
+from sim.rig.paths import FAKE_BIN, fixtures_dir
 
 FIXTURES = fixtures_dir() / "pbs"
 

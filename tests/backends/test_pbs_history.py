@@ -1,7 +1,7 @@
 """PBS history of many jobs: one ``qstat -E`` for all of them, and calls planned
 around qstat's same-second throttle.  Through the qstat stand-in, which copies
 the real costs (one connection per id without ``-E``, ports running out, the
-200 ms throttle, each record printed; tests/fakes/pbs_standin.py), so a
+200 ms throttle, each record printed; sim/standins/pbs_standin.py), so a
 regression shows in what the calls cost, not only in what they print."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 from jobtap.collector.backends.pacer import SameSecondPacer
 from jobtap.collector.cycle import Collector
 from jobtap.schema import COMPLETED
-from tests.fakes.pbs_standin import CONNECT, RECORD, THROTTLE
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
-from tests.support.pipeline import FakePBS, drain, site_events
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
+from sim.rig.pipeline import FakePBS, drain, site_events
+from sim.standins.pbs_standin import CONNECT, RECORD, THROTTLE
 
 FIXTURES = fixtures_dir() / "pbs"
 SITE = "pbshist"

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 from tests.support.reaper import run_reaped
 
 HOOK = ROOT / "deploy" / "pbs" / "jobtap_poke_hook.py"

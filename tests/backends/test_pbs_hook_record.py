@@ -29,27 +29,12 @@ import pytest
 
 from jobtap.collector.backends.pbs import final_from_hook, normalise_job, parse_qstat_jobs
 from jobtap.collector.fingerprint import fingerprint
-from tests.support.paths import fixtures_dir
-from tests.support.pbs_hook import hook_namespace
+from sim.rig.paths import fixtures_dir
+from sim.rig.pbs_hook import at_jobobit, hook_namespace, pbs_job
 
 FIXTURES = fixtures_dir() / "pbs"
 CAPTURES = sorted(FIXTURES.glob("*.qstat*-f*.json"))
 HOOK = hook_namespace()
-STATES = {
-    "T": 0,
-    "Q": 1,
-    "H": 2,
-    "W": 3,
-    "R": 4,
-    "E": 5,
-    "X": 6,
-    "B": 7,
-    "M": 8,
-    "F": 9,
-    "S": 400,
-    "U": 410,
-}  # pbs.JOB_STATE_* (job.h, module_pbs_v1.c)
-ENDINGS = (" and finished", " and failed", " and exceeded resource ")
 TZ = "UTC"  # the hook's localtime() and the collector's tz: the server's zone
 
 
@@ -71,81 +56,6 @@ def captured_jobs() -> list[tuple[str, str, dict]]:
 
 
 JOBS = captured_jobs()
-
-
-class Resource:
-    """pbs.pbs_resource: ``keys()`` (in the server's resource table's order,
-    not the listing's) and each resource as an attribute: durations and sizes
-    print as their text (pbs.duration keeps the text it was made of), numbers
-    are ints."""
-
-    def __init__(self, values: dict) -> None:
-        self._values = values
-        for key, value in values.items():
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            setattr(self, key, value if number else text(value))  # -l software=true: "true"
-
-    def keys(self) -> list[str]:
-        return sorted(self._values, reverse=True)
-
-
-class Queue:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __str__(self) -> str:
-        return self.name
-
-
-def epoch(text: str) -> int:
-    return int(time.mktime(time.strptime(text, "%a %b %d %H:%M:%S %Y")))
-
-
-def xml_arguments(text: str) -> str:
-    return "".join(f"<jsdl-hpcpa:Argument>{a}</jsdl-hpcpa:Argument>" for a in text.split(" "))
-
-
-def text(value) -> str:
-    return json.dumps(value) if not isinstance(value, str) else value
-
-
-def pbs_job(native: dict):
-    """The job as pbs.event().job holds it, from its qstat record."""
-    job = type("job", (), {})()
-    for name, value in native.items():
-        if name in HOOK["TIMES"]:
-            value = epoch(value)
-        elif name == "job_state":
-            value = STATES[value]
-        elif name == "Variable_List":
-            value = {k: text(v) for k, v in value.items()}
-        elif isinstance(value, dict):
-            value = Resource(value)
-        elif name == "queue":
-            value = Queue(value)
-        elif name == "Submit_arguments":
-            value = xml_arguments(value)
-        elif value in ("True", "False"):
-            value = value == "True"
-        elif name in ("array_index", "Job_Name"):
-            value = text(value)
-        setattr(job, name, value)
-    return job
-
-
-def at_jobobit(native: dict) -> dict:
-    """The record of a job as it stands while jobobit runs: exiting, before
-    the history step (state, substate, comment ending, history_timestamp and
-    mtime are not set yet)."""
-    before = dict(native, job_state="E", substate=51)
-    before.pop("history_timestamp", None)
-    before["mtime"] = native["stime"] if "stime" in native else native["ctime"]
-    comment = native.get("comment")
-    if isinstance(comment, str) and " and terminated" not in comment:
-        for ending in ENDINGS:
-            if ending in comment:
-                before["comment"] = comment[: comment.rindex(ending)]
-    return before
 
 
 def ended_here(job_id: str, native: dict) -> bool:

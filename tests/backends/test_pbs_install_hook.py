@@ -1,5 +1,5 @@
 """deploy/pbs/install-hook.sh, as an admin runs it: against a stand-in of qmgr
-that keeps the hooks it was given (tests/fakes/qmgr_standin.py) and real
+that keeps the hooks it was given (sim/standins/qmgr_standin.py) and real
 redis-servers for the service users; idempotent, --dry-run changes nothing and
 shows every change, --uninstall undoes it, the settings it writes make a working
 hook, a re-run with another site converges, and the jobtap it installs runs as an
@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.keys import POKES_MAXLEN, SiteKeys
-from tests.support.paths import FAKE_BIN, ROOT
-from tests.support.pbs_hook import run_hook
+from jobtap.sim.localredis import RedisServer
+from sim.rig.paths import FAKE_BIN, ROOT
+from sim.rig.pbs_hook import run_hook
 from tests.support.release import source_copy
 
 SCRIPT = ROOT / "deploy" / "pbs" / "install-hook.sh"

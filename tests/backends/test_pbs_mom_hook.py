@@ -2,17 +2,17 @@
 knows a job ended.  It writes the poke itself, marked ``ended``, with poker's
 rights, against a real redis-server; whatever goes wrong, the event is
 accepted (the hook is run with a stand-in of PBS's ``pbs`` module:
-tests/support/pbs_hook.py)."""
+sim/rig/pbs_hook.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from jobtap.acl.rules import poker_rules, setuser_args
-from jobtap.cli.localredis import free_port
 from jobtap.collector.follow.pokes import PokeReader
 from jobtap.keys import POKES_MAXLEN, SiteKeys
-from tests.support.pbs_hook import run_hook
+from jobtap.sim.localredis import free_port
+from sim.rig.pbs_hook import run_hook
 
 SITE = "hpc1"
 K = SiteKeys(SITE)
@@ -84,7 +84,7 @@ def test_a_configuration_without_the_stream_pokes_in_the_background(tmp_path, re
     import shutil
     import sys
 
-    from tests.support.wait import eventually
+    from sim.rig.wait import eventually
 
     jobtap = shutil.which("jobtap", path=str(__import__("pathlib").Path(sys.executable).parent))
     conf = config(f"redis://127.0.0.1:{redis_server.port}/0", jobtap=jobtap, stream="")

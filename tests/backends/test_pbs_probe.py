@@ -14,8 +14,8 @@ import pytest
 
 from jobtap.collector.backends.base import ProbeUnavailable, StatError
 from jobtap.collector.backends.pbs import PBSBackend, parse_qselect, qselect_time
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pipeline import FakePBS
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pipeline import FakePBS
 
 PROBE = fixtures_dir() / "pbs" / "probe"
 T = "202611230928.39"  # the capture's T (README.txt): before its jobs were submitted

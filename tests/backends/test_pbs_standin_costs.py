@@ -1,4 +1,4 @@
-"""The cost model of the PBS stand-ins (tests/fakes/pbs_standin.py and
+"""The cost model of the PBS stand-ins (sim/standins/pbs_standin.py and
 qselect_standin.py): what each call logs it cost, part by part, against the
 formula and against the real OpenPBS 23.06 figures it is calibrated on.  The
 asserts read the stand-in's log (the modelled seconds), never a clock; the
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.pbs_standin import CONNECT, QSELECT, QSELECT_ID, RECORD, THROTTLE
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
-from tests.support.pipeline import FakePBS
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pbs_jobs import FINISHED, RUNNING, job_ids, write_jobs
+from sim.rig.pipeline import FakePBS
+from sim.standins.pbs_standin import CONNECT, QSELECT, QSELECT_ID, RECORD, THROTTLE
 
 FIXTURES = fixtures_dir() / "pbs"
 SCALE = 0.01
@@ -117,7 +117,7 @@ def test_without_costs_the_records_are_still_counted(fake, tmp_path):
 
 def test_the_model_reproduces_the_real_figures(fake, tmp_path):
     """The figures of the real OpenPBS 23.06.06 the model is calibrated on
-    (tests/fakes/pbs_standin.py): ``qstat -f -F json`` of 1,000 jobs 181 ms
+    (sim/standins/pbs_standin.py): ``qstat -f -F json`` of 1,000 jobs 181 ms
     (401 ms throttled), ``qstat -E -x -f -F json -t`` of 1,000 ids 0.23 s,
     both within 15 %; one qselect of 1,000 jobs 18 ms."""
     log = tmp_path / "calls.jsonl"

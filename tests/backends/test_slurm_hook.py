@@ -14,9 +14,9 @@ import pytest
 
 from jobtap.collector.backends.slurm import normalise_job, parse_squeue
 from jobtap.collector.backends.slurm.hook import completion_record
+from sim.rig.paths import ROOT
+from sim.rig.wait import eventually
 from tests.backends.test_slurm_versions import BASE, CAPTURED, finals, job_ids
-from tests.support.paths import ROOT
-from tests.support.wait import eventually
 
 HOOK = ROOT / "deploy" / "slurm" / "jobtap-slurmctld-hook.sh"
 SITE = "hooksite"

@@ -43,8 +43,8 @@ from jobtap.collector.backends.slurm import (
 from jobtap.collector.cycle import Collector
 from jobtap.collector.plan import RECONCILE
 from jobtap.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS, from_hash, to_hash
-from tests.support.paths import fixtures_dir
-from tests.support.pipeline import drain, site_events
+from sim.rig.paths import fixtures_dir
+from sim.rig.pipeline import drain, site_events
 
 BOOKKEEPING = {"site", "version", "updated_at"}
 

@@ -15,7 +15,7 @@ from jobtap.collector.backends.slurm import (
     squeue_jobs,
 )
 from jobtap.collector.backends.slurm import rest as slurm_rest
-from tests.support.paths import fixtures_dir
+from sim.rig.paths import fixtures_dir
 
 DATA = fixtures_dir() / "slurm" / "probe"
 

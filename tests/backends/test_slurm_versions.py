@@ -31,8 +31,8 @@ from jobtap.collector.backends.slurm import (
 from jobtap.collector.backends.slurm.accounting import exit_unsure
 from jobtap.collector.backends.slurm.backend import VOLATILE_JOB_KEYS
 from jobtap.collector.fingerprint import fingerprint
-from tests.support.paths import fixtures_dir
-from tests.support.slurm import KILLED_BY_SIGTERM
+from sim.rig.paths import fixtures_dir
+from sim.rig.slurm import KILLED_BY_SIGTERM
 
 BASE = fixtures_dir() / "slurm"
 RELEASES = sorted(p.name for p in BASE.iterdir() if re.fullmatch(r"\d\d\.\d\d", p.name))
@@ -160,7 +160,7 @@ def test_the_same_job_gives_the_same_record_on_every_release(source):
                 and field == "exit_status"
                 and len(set(values.values())) > 1
             ):
-                # one fact, three ways of reporting it (tests/support/slurm.py)
+                # one fact, three ways of reporting it (sim/rig/slurm.py)
                 statuses = {r[name][field] for r in per_release.values()}
                 assert statuses <= KILLED_BY_SIGTERM, statuses
                 continue

@@ -7,10 +7,10 @@ import socket
 import subprocess
 import sys
 
-from jobtap.cli.localredis import free_port
 from jobtap.keys import SiteKeys
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pipeline import site_events
+from jobtap.sim.localredis import free_port
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pipeline import site_events
 
 JOBTAP = [sys.executable, "-m", "jobtap.cli"]
 

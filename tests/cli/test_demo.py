@@ -7,9 +7,9 @@ import os
 import re
 import sys
 
+from sim.rig.wait import eventually
 from tests.cli.test_cli import port_closed
 from tests.support.terminal import Tmux
-from tests.support.wait import eventually
 
 
 def test_demo_shows_the_board_with_its_banner_and_q_stops_it_all(tmp_path):

@@ -20,7 +20,7 @@ from jobtap.collector.follow.pokes import poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.wait import eventually
+from sim.rig.wait import eventually
 
 SITE = "doc1"
 K = SiteKeys(SITE)

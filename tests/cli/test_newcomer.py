@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from jobtap.cli.app import main
+from sim.rig.wait import eventually
 from tests.cli.test_top import terminal_env
 from tests.support.terminal import Tmux
-from tests.support.wait import eventually
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):

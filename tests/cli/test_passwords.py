@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from jobtap.cli import passwords
 from jobtap.cli.passwords import PasswordError, service_url
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
 PASSWORD = "s3cret/with:odd@chars"
 

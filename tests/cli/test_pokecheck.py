@@ -13,10 +13,10 @@ import redis
 
 from jobtap.acl.rules import poker_rules
 from jobtap.cli import pokecheck
-from jobtap.cli.localredis import RedisServer
 from jobtap.cli.redissetup import setup_warnings
 from jobtap.keys import SiteKeys
-from tests.support.pbs_hook import run_hook
+from jobtap.sim.localredis import RedisServer
+from sim.rig.pbs_hook import run_hook
 
 OLD, NEW = "hpc1", "hpc2"
 PASSWORD = "poker-password"

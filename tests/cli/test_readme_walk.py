@@ -15,9 +15,9 @@ import sys
 import orjson
 import pytest
 
+from sim.rig.wait import eventually
 from tests.cli.test_top import terminal_env
 from tests.support.terminal import Tmux
-from tests.support.wait import eventually
 
 JOBTAP = [sys.executable, "-m", "jobtap.cli"]
 PASSWORD = "w-r1ter/pass"

@@ -11,7 +11,7 @@ from jobtap.cli.status import status
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.sim import SimBackend
-from tests.support.pipeline import drain, meta, site_events
+from sim.rig.pipeline import drain, meta, site_events
 
 SITE = "st1"
 

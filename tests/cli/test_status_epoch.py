@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from jobtap.keys import SiteKeys
-from tests.support.redisloss import restart_empty
+from sim.rig.redisloss import restart_empty
 
 SITE = "cliep"
 K = SiteKeys(SITE)

@@ -19,9 +19,9 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.pipeline import drain
+from sim.rig.pipeline import drain
+from sim.rig.wait import eventually
 from tests.support.terminal import Tmux
-from tests.support.wait import eventually
 
 SITE = "top1"
 K = SiteKeys(SITE)

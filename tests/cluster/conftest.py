@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jobtap.connection import open_redis
-from tests.support.cluster import LocalCluster, flush
+from sim.rig.cluster import LocalCluster, flush
 
 
 @pytest.fixture(scope="session")

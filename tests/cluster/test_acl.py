@@ -12,9 +12,9 @@ from redis.cluster import RedisCluster
 
 from jobtap.acl import rules as acl
 from jobtap.acl.nodes import acl_nodes
+from sim.rig.cluster import LocalCluster, flush
 from tests.support.acl import ADMIN_PW, WRITER_PW, K, cli, raw, run, set_up_users
 from tests.support.acl_matrix import FORBIDDEN, HER_STREAM, check_node, table
-from tests.support.cluster import LocalCluster, flush
 
 AUTH = ("admin", ADMIN_PW)
 

@@ -13,8 +13,8 @@ from jobtap.contract.chunk import STATE, Chunk, upsert
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
 from jobtap.workers.service import run_worker
-from tests.support.pipeline import site_events
-from tests.support.records import job_record
+from sim.rig.pipeline import site_events
+from sim.rig.records import job_record
 from tests.workers.test_multisite import ship
 
 AT = "2026-11-21T15:00:00+00:00"

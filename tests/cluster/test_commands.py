@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from jobtap.cli.app import main as jobtap
 from jobtap.cli.poke import poke, redirection
 from jobtap.keys import SiteKeys
-from tests.support.wait import eventually
+from sim.rig.wait import eventually
 
 
 def test_poke_through_any_node_lands_in_the_sites_stream(clean_cluster, rc):

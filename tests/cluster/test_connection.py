@@ -13,8 +13,8 @@ from redis.cluster import RedisCluster
 from jobtap.connection import is_cluster, open_redis
 from jobtap.errors import ConfigError
 from jobtap.keys import SiteKeys
+from sim.rig.cluster import site_slot
 from tests.support.acl import ADMIN_PW, AclServer
-from tests.support.cluster import site_slot
 
 
 def test_any_node_url_gives_a_cluster_client(clean_cluster):
@@ -53,7 +53,7 @@ def test_a_cluster_has_no_database_but_0(clean_cluster):
 
 
 def test_unreachable_is_a_connection_error():
-    from jobtap.cli.localredis import free_port
+    from jobtap.sim.localredis import free_port
 
     with pytest.raises(redis.ConnectionError):
         open_redis(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=1)

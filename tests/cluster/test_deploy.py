@@ -12,10 +12,10 @@ import subprocess
 import pytest
 import redis
 
-from jobtap.cli.localredis import RedisServer, free_port
+from jobtap.sim.localredis import RedisServer, free_port
+from sim.rig.paths import ROOT
+from sim.rig.wait import eventually
 from tests.support.acl import NO_RETRY, cli
-from tests.support.paths import ROOT
-from tests.support.wait import eventually
 
 
 class Node(RedisServer):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from jobtap.connection import open_redis
-from tests.support.cluster import LocalCluster
+from sim.rig.cluster import LocalCluster
+from sim.rig.wait import eventually
 from tests.support.multisite import (
     Audience,
     SimSite,
@@ -20,7 +21,6 @@ from tests.support.multisite import (
     drained,
     wait_for_everything,
 )
-from tests.support.wait import eventually
 
 BEFORE, AFTER = 3, 5  # burst cycles before and after the kill
 

@@ -9,7 +9,7 @@ import pytest
 
 import jobtap
 from jobtap.keys import SiteKeys
-from tests.support.cluster import site_slot
+from sim.rig.cluster import site_slot
 from tests.support.sdk import Recorder, Writer
 
 

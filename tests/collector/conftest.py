@@ -6,20 +6,20 @@ import json
 
 import pytest
 
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pipeline import FakePBS
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pipeline import FakePBS
 
 
 @pytest.fixture
 def pbs(tmp_path, monkeypatch):
-    """tests/fakes' qstat and pbsnodes, replaying tests/fixtures/pbs."""
+    """sim/standins' qstat and pbsnodes, replaying tests/fixtures/pbs."""
     fixtures = fixtures_dir() / "pbs"
     return FakePBS(tmp_path, fixtures, monkeypatch)
 
 
 @pytest.fixture
 def flux(tmp_path, monkeypatch):
-    """A Flux backend on tests/fakes' flux, replaying tests/fixtures/flux at its
+    """A Flux backend on sim/standins' flux, replaying tests/fixtures/flux at its
     last stage (its journal reader replays the captured events, then ends)."""
     from jobtap.collector.backends.flux import FluxBackend
 

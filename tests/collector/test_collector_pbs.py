@@ -12,7 +12,7 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
-from tests.support.pipeline import drain, meta, site_events
+from sim.rig.pipeline import drain, meta, site_events
 
 SITE = "pbs1"
 K = SiteKeys(SITE)

@@ -14,8 +14,8 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.pipeline import check_against_truth, drain
-from tests.support.wait import eventually
+from sim.rig.pipeline import check_against_truth, drain
+from sim.rig.wait import eventually
 
 SITE = "e2e"
 K = SiteKeys(SITE)

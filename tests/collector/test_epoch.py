@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 import logging
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
 from jobtap.collector.hoststate import FILENAME, HostState, default_state_dir
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.epochs import Written, check_finals_against_truth
-from tests.support.pipeline import drain
-from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot
+from jobtap.sim.localredis import RedisServer
+from sim.rig.epochs import Written, check_finals_against_truth
+from sim.rig.pipeline import drain
+from sim.rig.redisloss import reload_from, restart_empty, restart_from, snapshot
 
 SITE = "ce"
 K = SiteKeys(SITE)

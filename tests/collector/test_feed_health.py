@@ -16,10 +16,10 @@ from jobtap.collector.backends.flux import FluxBackend
 from jobtap.collector.follow.feed import FeedThread
 from jobtap.collector.service import FEED_FAILED
 from jobtap.keys import SiteKeys
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.pipeline import meta
+from sim.rig.wait import eventually
 from tests.support.flux import fake_flux
-from tests.support.paths import FAKE_BIN, fixtures_dir
-from tests.support.pipeline import meta
-from tests.support.wait import eventually
 
 FIXTURES = fixtures_dir() / "flux"
 SITE = "feedhealth"

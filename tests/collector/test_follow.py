@@ -14,9 +14,9 @@ from jobtap.collector.follow.pokes import PokeReader, poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.paths import fixtures_dir
-from tests.support.pipeline import check_against_truth, drain, site_events
-from tests.support.wait import eventually
+from sim.rig.paths import fixtures_dir
+from sim.rig.pipeline import check_against_truth, drain, site_events
+from sim.rig.wait import eventually
 
 SITE = "follow1"
 K = SiteKeys(SITE)

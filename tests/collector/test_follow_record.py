@@ -19,10 +19,9 @@ from jobtap.collector.follow.pokes import PokeReader
 from jobtap.collector.service import CollectorService
 from jobtap.keys import POKES_MAXLEN, SiteKeys
 from jobtap.schema import TERMINAL
-from tests.backends.test_pbs_hook_record import at_jobobit, pbs_job
-from tests.support.paths import fixtures_dir
-from tests.support.pbs_hook import run_hook
-from tests.support.pipeline import FakePBS, drain, site_events
+from sim.rig.paths import fixtures_dir
+from sim.rig.pbs_hook import at_jobobit, pbs_job, run_hook
+from sim.rig.pipeline import FakePBS, drain, site_events
 
 FIXTURES = fixtures_dir() / "pbs"
 SITE = "pbsrecord"

@@ -18,8 +18,8 @@ from jobtap.collector.metrics import REFRESH, CollectorMetrics, failure_cause
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.pipeline import drain, meta
-from tests.support.wait import eventually
+from sim.rig.pipeline import drain, meta
+from sim.rig.wait import eventually
 
 SITE = "m1"
 K = SiteKeys(SITE)

@@ -16,8 +16,8 @@ import pytest
 from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import Collector
-from tests.support.paths import fixtures_dir
-from tests.support.pipeline import drain, site_events
+from sim.rig.paths import fixtures_dir
+from sim.rig.pipeline import drain, site_events
 
 SITE = "nodes1"
 

@@ -6,7 +6,7 @@ the worker killed at random points in a burst.  Afterwards every event written
 after each loss reached both consumers, every job that ended has its final at
 the subscriber, the wait() returned, no id names two different events (every
 entry of the site stream checked against its content, not only its id), and
-versions count 1, 2, 3... within each epoch (tests.support.lossrun).
+versions count 1, 2, 3... within each epoch (sim.rig.lossrun).
 
 What crosses each loss is placed, not left to chance: after the empty restart
 the worker's first chunk holds several batches and was planned for the old
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.lossrun import LossRun
+from sim.rig.lossrun import LossRun
 
 
 @pytest.mark.timeout(180)

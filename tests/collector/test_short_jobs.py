@@ -1,6 +1,6 @@
 """Jobs that are submitted, run and end entirely between two probes: each gets
 exactly one ``new`` and one ``final`` with its exit status, through a probe
-cycle, on PBS and on Flux (through the stand-ins of tests/fakes, which answer
+cycle, on PBS and on Flux (through the stand-ins of sim/standins, which answer
 as the real commands do; the real Slurm is in tests/live/test_slurm_tiers.py).
 Every cycle here runs synchronously and ``drain`` applies what it shipped
 before anything is asserted."""
@@ -16,10 +16,10 @@ from jobtap.collector.backends.flux import decode_jobid, encode_f58
 from jobtap.collector.cycle import Collector
 from jobtap.collector.plan import PROBE, RECONCILE
 from jobtap.schema import TERMINAL
+from sim.rig.paths import FAKES, fixtures_dir
+from sim.rig.pipeline import FakePBS, drain, site_events
+from sim.standins import flux_standin
 from tests.backends.test_flux import FINAL, FakeFlux, stage_times
-from tests.fakes import flux_standin
-from tests.support.paths import FAKES, fixtures_dir
-from tests.support.pipeline import FakePBS, drain, site_events
 
 SITE = "short"
 PBS = fixtures_dir() / "pbs"

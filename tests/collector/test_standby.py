@@ -1,7 +1,7 @@
 """A standby collector, fenced (jobtap.contract.lease, the lease fence, jobtap.contract.lease).
 
 On the simulator, with two collector processes, a real worker and a tap of the
-site stream (tests/support/standby.py): the active collector SIGKILLed mid-burst
+site stream (sim/rig/standby.py): the active collector SIGKILLed mid-burst
 (right after a shipment, before it noted anything) is replaced within its
 lease; SIGSTOPped with chunks in hand (and pokes waiting) past its lease, then
 resumed, it writes nothing (its chunks are fenced by the apply step) and steps
@@ -24,10 +24,10 @@ from jobtap.collector.service import AlreadyRunning, CollectorService
 from jobtap.contract.lease import Lease, describe
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.epochs import check_finals_against_truth
-from tests.support.pipeline import meta
-from tests.support.standby import SITE, K, Site, proc_state, wait_holder
-from tests.support.wait import eventually
+from sim.rig.epochs import check_finals_against_truth
+from sim.rig.pipeline import meta
+from sim.rig.standby import SITE, K, Site, proc_state, wait_holder
+from sim.rig.wait import eventually
 
 
 def _check(site: Site) -> dict[str, int]:

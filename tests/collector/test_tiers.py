@@ -17,7 +17,7 @@ from jobtap.collector.plan import PROBE, PUSHED, RECONCILE, ObservationPlan
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.pipeline import check_against_truth, drain, meta, site_events
+from sim.rig.pipeline import check_against_truth, drain, meta, site_events
 
 SITE = "tiers"
 K = SiteKeys(SITE)
@@ -295,8 +295,8 @@ def test_a_pushed_plan_lists_no_job_between_reconciliations(r, redis_server):
 def test_without_its_probe_command_the_collector_stats_every_job(tmp_path, monkeypatch, r):
     """PBS without qselect: the first probe cycle says so once (a warning in
     meta) and becomes a full stat; every later cycle is one too."""
-    from tests.support.paths import fixtures_dir
-    from tests.support.pipeline import FakePBS
+    from sim.rig.paths import fixtures_dir
+    from sim.rig.pipeline import FakePBS
 
     pbs = FakePBS(tmp_path, fixtures_dir() / "pbs", monkeypatch)
     pbs.set("10-busy")

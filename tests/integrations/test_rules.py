@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import time
 
-from jobtap.cli.localredis import free_port
 from jobtap.integrations.rules import Settings, Tracker, split_url
+from jobtap.sim.localredis import free_port
 from tests.support.sdk import SITE, Writer, job_record
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from sim.rig.slurm import CLUSTERS, LOCK_WAIT, SlurmCluster, cancel_everything, use
 from tests.support.prereq import missing
-from tests.support.slurm import CLUSTERS, LOCK_WAIT, SlurmCluster, cancel_everything, use
 
 
 def pytest_configure(config):
@@ -63,7 +63,7 @@ def _take_turn(lock_path: Path):
 @pytest.fixture(scope="session")
 def slurm(request) -> SlurmCluster:
     """A running single-host Slurm of the release asked for (the cluster under
-    test of tests/support/slurm.py), or a failure that says why there is none."""
+    test of sim/rig/slurm.py), or a failure that says why there is none."""
     cluster = CLUSTERS[request.param]
     if os.geteuid() != 0:
         missing("Slurm tests need root: the start scripts install and start daemons")

@@ -4,7 +4,7 @@ jobtap in follow mode (the slurmctld hook pokes, ``jobtap collector --follow``,
 from jobtap and no status command run on the scheduler.
 
 Every status command the provider runs goes through the logging wrappers of
-tests/support/cmdlog.py (first on PATH); the test's own Slurm calls use absolute
+sim/rig/cmdlog.py (first on PATH); the test's own Slurm calls use absolute
 paths, and jobtap's collector starts before the wrappers are on PATH.
 ``status()`` is synchronous: when it has returned, whatever it ran is in the log,
 so "no command ran" is read after the last call.
@@ -17,12 +17,12 @@ import subprocess
 import pytest
 from parsl.jobs.states import JobState
 
-from jobtap.cli.localredis import free_port
 from jobtap.parsl import SlurmProvider
-from tests.psij.upstream import jobtap_on_slurm
-from tests.support.cmdlog import CommandLog
-from tests.support.slurm import SITE
-from tests.support.wait import eventually
+from jobtap.sim.localredis import free_port
+from sim.rig.cmdlog import CommandLog
+from sim.rig.psij_upstream import jobtap_on_slurm
+from sim.rig.slurm import SITE
+from sim.rig.wait import eventually
 
 pytestmark = [
     pytest.mark.timeout(900),  # the first test may wait for the Slurm lock

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from jobtap.cli.localredis import free_port
 from jobtap.keys import SiteKeys
-from tests.support.paths import ROOT
-from tests.support.pipeline import meta
-from tests.support.wait import eventually
+from jobtap.sim.localredis import free_port
+from sim.rig.paths import ROOT
+from sim.rig.pipeline import meta
+from sim.rig.wait import eventually
 
 SITE = "prom1"
 K = SiteKeys(SITE)

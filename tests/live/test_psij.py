@@ -22,8 +22,7 @@ from datetime import timedelta
 import pytest
 from psij import Job, JobSpec, JobState
 
-from tests.psij.support import new_executor
-from tests.psij.upstream import (
+from sim.rig.psij_upstream import (
     EXECUTORS,
     check_all_passed,
     jobtap_on_slurm,
@@ -31,9 +30,10 @@ from tests.psij.upstream import (
     run_suite,
     sdist_tests,
 )
+from sim.rig.slurm import SITE, _cmd, sbatch
+from sim.rig.wait import eventually
+from tests.psij.support import new_executor
 from tests.support.sdk import Writer, job_record
-from tests.support.slurm import SITE, _cmd, sbatch
-from tests.support.wait import eventually
 
 SUBSET = (
     "test_executor.py::test_simple_job",

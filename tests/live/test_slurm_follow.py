@@ -6,7 +6,7 @@ deploy/slurm/jobtap-slurmctld-hook.sh, which pokes the site's poke stream;
 cycles, which stay the reconciliation.
 
 Slurm: the session's ``slurm`` fixture (tests/live/conftest.py) and the helpers
-of tests/support/slurm.py.  The hook alone needs no Slurm.
+of sim/rig/slurm.py.  The hook alone needs no Slurm.
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.fingerprint import fingerprint
 from jobtap.collector.plan import RECONCILE
 from jobtap.keys import SiteKeys
-from tests.support.paths import ROOT
-from tests.support.pipeline import chunks_not_applied, drain, meta
-from tests.support.procs import stop_process
-from tests.support.reaper import run_reaped
-from tests.support.slurm import (
+from sim.rig.paths import ROOT
+from sim.rig.pipeline import chunks_not_applied, drain, meta
+from sim.rig.procs import stop_process
+from sim.rig.slurm import (
     JOBTAP,
     KILLED_BY_SIGTERM,
     SITE,
@@ -50,7 +49,8 @@ from tests.support.slurm import (
     squeue_ids,
     write_hook_env,
 )
-from tests.support.wait import eventually
+from sim.rig.wait import eventually
+from tests.support.reaper import run_reaped
 
 K = SiteKeys(SITE)
 HOOK = ROOT / "deploy" / "slurm" / "jobtap-slurmctld-hook.sh"

@@ -22,8 +22,8 @@ from jobtap.collector.backends.base import StatError
 from jobtap.collector.cycle import CycleFailed
 from jobtap.collector.plan import RECONCILE
 from jobtap.schema import from_hash
-from tests.support.pipeline import drain, meta
-from tests.support.slurm import (
+from sim.rig.pipeline import drain, meta
+from sim.rig.slurm import (
     KILLED_BY_SIGTERM,
     SITE,
     Harness,
@@ -34,7 +34,7 @@ from tests.support.slurm import (
     sbatch_sleeper,
     squeue_ids,
 )
-from tests.support.wait import eventually
+from sim.rig.wait import eventually
 
 pytestmark = pytest.mark.timeout(900)  # the first test also waits for the lock
 

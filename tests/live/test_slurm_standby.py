@@ -21,11 +21,11 @@ from click.testing import CliRunner
 
 from jobtap.cli.status import status
 from jobtap.contract.lease import describe
-from tests.support.epochs import Written
-from tests.support.pipeline import drain, site_events
-from tests.support.slurm import SITE, K, cluster, sbatch
-from tests.support.standby import proc_state
-from tests.support.wait import eventually
+from sim.rig.epochs import Written
+from sim.rig.pipeline import drain, site_events
+from sim.rig.slurm import SITE, K, cluster, sbatch
+from sim.rig.standby import proc_state
+from sim.rig.wait import eventually
 
 LEASE = 3.0
 

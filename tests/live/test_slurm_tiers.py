@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from jobtap.collector.plan import PROBE, RECONCILE
-from tests.support.pipeline import drain, meta
-from tests.support.slurm import SITE, Harness, _cmd, sbatch, sdiag_rpcs
-from tests.support.wait import eventually
+from sim.rig.pipeline import drain, meta
+from sim.rig.slurm import SITE, Harness, _cmd, sbatch, sdiag_rpcs
+from sim.rig.wait import eventually
 
 pytestmark = pytest.mark.timeout(900)  # the first test may wait for the lock
 

@@ -7,7 +7,7 @@ own run time (the stock plugin waits 40 s before its first status round), and
 runs no status command.
 
 Every sacct, squeue and scontrol call of the snakemake process goes through the
-logging wrappers of tests/support/cmdlog.py; jobtap's collector starts before
+logging wrappers of sim/rig/cmdlog.py; jobtap's collector starts before
 they are on PATH.  The stock plugin's submission guesses the Slurm account with
 ``sacct -nu USER -o Account``: that is the submit path, not a status query.  The
 snakemake process has exited when the log is read: every call it made is in it.
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.psij.upstream import jobtap_on_slurm
-from tests.support.cmdlog import CommandLog, status_calls
-from tests.support.pipeline import site_events
-from tests.support.slurm import SITE
-from tests.support.snakemake import run_workflow, write_workflow
+from sim.rig.cmdlog import CommandLog, status_calls
+from sim.rig.pipeline import site_events
+from sim.rig.psij_upstream import jobtap_on_slurm
+from sim.rig.slurm import SITE
+from sim.rig.snakemake import run_workflow, write_workflow
 
 pytestmark = [
     pytest.mark.timeout(900),  # the first test may wait for the Slurm lock

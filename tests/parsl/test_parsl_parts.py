@@ -13,9 +13,9 @@ from parsl.jobs.states import JobState
 
 import jobtap
 from jobtap.parsl import PBSProProvider, SlurmProvider, parsl_status
-from tests.support.cmdlog import CommandLog
-from tests.support.paths import ROOT
-from tests.support.records import job_record
+from sim.rig.cmdlog import CommandLog
+from sim.rig.paths import ROOT
+from sim.rig.records import job_record
 
 
 def record(state: str, **extra) -> jobtap.Job:

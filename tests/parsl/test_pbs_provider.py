@@ -1,5 +1,5 @@
 """``jobtap.parsl.PBSProProvider`` through the PBS stand-ins (a live one-host
-server, tests/fakes/pbs_server.py, behind ``qsub``/``qdel``/``qstat``), with
+server, sim/standins/pbs_server.py, behind ``qsub``/``qdel``/``qstat``), with
 jobtap's real collector and worker on a real redis-server, as the PSI/J PBS
 executor is tested: blocks end with their real state from jobtap and no
 ``qstat`` runs; with Redis away, Parsl's own ``qstat -x`` gives the finals."""
@@ -10,11 +10,11 @@ import subprocess
 
 from parsl.jobs.states import JobState
 
-from jobtap.cli.localredis import free_port
 from jobtap.parsl import PBSProProvider
+from jobtap.sim.localredis import free_port
+from sim.rig.cmdlog import CommandLog
+from sim.rig.wait import eventually
 from tests.parsl.conftest import SITE
-from tests.support.cmdlog import CommandLog
-from tests.support.wait import eventually
 
 
 def provider(tmp_path, **jobtap) -> PBSProProvider:

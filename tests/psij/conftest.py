@@ -1,4 +1,4 @@
-"""The PBS stand-ins as a live one-host server (tests/fakes/pbs_server.py) and
+"""The PBS stand-ins as a live one-host server (sim/standins/pbs_server.py) and
 jobtap's collector and worker on it."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from tests.fakes import pbs_server
-from tests.psij.support import jobtap_services
-from tests.support.paths import FAKE_BIN, fixtures_dir
+from sim.rig.paths import FAKE_BIN, fixtures_dir
+from sim.rig.procs import jobtap_services
+from sim.standins import pbs_server
 
 SITE = "psij1"
 

@@ -1,5 +1,5 @@
 """``jobtap-pbs`` through the PBS stand-ins (a live one-host server, see
-tests/fakes/pbs_server.py), with jobtap's real collector and worker on a real
+sim/standins/pbs_server.py), with jobtap's real collector and worker on a real
 redis-server: jobs end as PSI/J says, and the fallbacks (Redis unreachable or
 silent at submit time, an attached job jobtap never saw, a reused id) still give
 the right final state."""
@@ -14,11 +14,11 @@ from datetime import timedelta
 import pytest
 from psij import InvalidJobException, Job, JobSpec, JobState
 
-from jobtap.cli.localredis import free_port
+from jobtap.sim.localredis import free_port
+from sim.rig.wait import eventually
 from tests.psij.conftest import SITE
 from tests.psij.support import new_executor
 from tests.support.sdk import Writer, job_record
-from tests.support.wait import eventually
 
 WAIT = timedelta(seconds=30)
 

@@ -17,10 +17,10 @@ import jobtap
 from jobtap.psij.config import JobtapExecutorConfig, split_url
 from jobtap.psij.slurm import parse_sacct
 from jobtap.psij.states import psij_status
+from sim.rig.paths import ROOT
+from sim.rig.records import job_record
 from tests.psij.support import new_executor
 from tests.sdk.test_imports import install_copy, python_of
-from tests.support.paths import ROOT
-from tests.support.records import job_record
 from tests.support.sdk import Writer
 from tests.support.sdk import job_record as sdk_record
 

@@ -64,7 +64,7 @@ def test_nodes_and_queues(client, writer, r):
 
 
 def test_several_sites_in_one_client(redis_server, hermetic, tmp_path):
-    from jobtap.cli.localredis import RedisServer
+    from jobtap.sim.localredis import RedisServer
 
     (tmp_path / "other").mkdir()
     other = RedisServer(tmp_path / "other").start()

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from jobtap.cli.jobs import register, shell_status
+from sim.rig.paths import ROOT
 from tests.support.ids import eid
-from tests.support.paths import ROOT
 from tests.support.sdk import SITE, K
 
 
@@ -174,7 +174,7 @@ def test_export_ndjson_and_groups(cli, writer, r):
 
 
 def test_expected_failures_are_one_line(hermetic, tmp_path):
-    from jobtap.cli.localredis import free_port
+    from jobtap.sim.localredis import free_port
 
     runner = CliRunner()
     url = f"redis://127.0.0.1:{free_port()}/0"

@@ -15,9 +15,9 @@ import pytest
 import jobtap
 import jobtap.aio
 from jobtap.events import RESYNC
-from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot
+from sim.rig.redisloss import reload_from, restart_empty, restart_from, snapshot
+from sim.rig.wait import eventually
 from tests.support.sdk import SITE, K, Recorder, Writer
-from tests.support.wait import eventually
 
 
 def stream_ids(r) -> list[str]:

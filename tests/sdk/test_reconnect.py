@@ -11,10 +11,10 @@ import time
 import pytest
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
+from sim.rig.wait import eventually
 from tests.support.sdk import SITE, CountingClient, Recorder, Writer
-from tests.support.wait import eventually
 
 
 @pytest.fixture

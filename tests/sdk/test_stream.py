@@ -9,11 +9,11 @@ import orjson
 import pytest
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
 from jobtap.dedupe import VersionMemory
+from jobtap.sim.localredis import RedisServer
+from sim.rig.wait import eventually
 from tests.support.ids import eid
 from tests.support.sdk import SITE, K, Writer
-from tests.support.wait import eventually
 
 
 def all_ids(r, key=K.events) -> list[str]:
@@ -182,7 +182,7 @@ def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
 
 
 def test_unreachable_redis_is_a_clear_error(hermetic):
-    from jobtap.cli.localredis import free_port
+    from jobtap.sim.localredis import free_port
 
     client = jobtap.Client(f"redis://127.0.0.1:{free_port()}/0", site=SITE)
     with pytest.raises(jobtap.RedisUnavailable, match="cannot reach Redis"):

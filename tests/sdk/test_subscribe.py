@@ -10,8 +10,8 @@ import time
 import pytest
 
 import jobtap
+from sim.rig.wait import eventually
 from tests.support.sdk import K, Recorder, pubsub_clients
-from tests.support.wait import eventually
 
 
 def test_initial_record_then_every_change_then_final_ends_it(client, writer, barrier):

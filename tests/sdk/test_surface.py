@@ -15,8 +15,8 @@ import pytest
 import jobtap
 import jobtap.aio
 from jobtap import errors, events
+from sim.rig.wait import eventually
 from tests.support.sdk import SITE, Recorder
-from tests.support.wait import eventually
 
 SDK_MODULES = [
     import_module(f"jobtap.{m.name}") for m in pkgutil.iter_modules(jobtap.__path__) if not m.ispkg

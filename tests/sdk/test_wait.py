@@ -8,8 +8,8 @@ import time
 import pytest
 
 import jobtap
+from sim.rig.wait import eventually
 from tests.support.sdk import SITE, once_subscribed
-from tests.support.wait import eventually
 
 
 def later(delay: float, fn, *args, **kw) -> threading.Thread:

@@ -1,5 +1,5 @@
 """Fixtures of the Sentinel tests: a real queue Redis under Sentinel (a
-primary, two replicas, three Sentinels; tests/support/sentinel.py) for each
+primary, two replicas, three Sentinels; sim/rig/sentinel.py) for each
 test, since a test kills or pauses its nodes.
 
 Two replicas, as docs/operations.md advises: shipments wait for one replica's
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from jobtap.connection import redis_from_url
-from tests.support.sentinel import LocalSentinel
+from sim.rig.sentinel import LocalSentinel
 
 
 @pytest.fixture

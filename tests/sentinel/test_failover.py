@@ -21,6 +21,8 @@ import redis
 from jobtap.connection import wait_replicas
 from jobtap.contract.epoch import EpochGuard
 from jobtap.keys import SiteKeys
+from sim.rig.pipeline import site_events
+from sim.rig.wait import eventually
 from tests.support.multisite import (
     Audience,
     SimSite,
@@ -29,8 +31,6 @@ from tests.support.multisite import (
     drained,
     wait_for_everything,
 )
-from tests.support.pipeline import site_events
-from tests.support.wait import eventually
 
 BEFORE, AFTER = 3, 4  # burst cycles before and after the kill
 

@@ -13,7 +13,7 @@ from jobtap.connection import set_wait_replicas, wait_replicas
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.workers.service import run_worker
-from tests.support.pipeline import check_against_truth, site_events
+from sim.rig.pipeline import check_against_truth, site_events
 
 
 def collector_of(r, queues, site="hpc2", jobs=60):

@@ -19,8 +19,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from sim.rig.paths import ROOT
 from tests.psij.test_psij_parts import IMPORTS as PSIJ_PROBE
-from tests.support.paths import ROOT
 from tests.support.release import Venv, source_copy
 
 # pip install -e '.[snakemake]' --config-settings editable_mode=strict   # comment

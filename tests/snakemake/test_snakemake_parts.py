@@ -13,8 +13,8 @@ import pytest
 
 import jobtap
 from jobtap.snakemake import ExecutorSettings, slurm_state
-from tests.support.paths import ROOT
-from tests.support.records import job_record
+from sim.rig.paths import ROOT
+from sim.rig.records import job_record
 
 
 def record(state: str, **extra) -> jobtap.Job:

@@ -1,3 +1,5 @@
-"""What the tests share beside their fixtures (which live in the conftest files):
-records, the pipeline, the SDK writer and recorder, ACL and Slurm helpers, and
-``eventually()``/``barrier`` for waiting.  bench/ imports it as ``tests.support``."""
+"""What only the tests share beside their fixtures (which live in the conftest
+files): the SDK writer and recorder, ACL helpers, ids, the release build, the
+terminal driver, the reaper and the no-skip plugin.  The rig that the benchmarks
+and the demo use too (redis-servers, the pipeline, ``eventually()``...) is
+``sim.rig``; the scheduler stand-ins are ``sim.standins``."""

@@ -15,11 +15,11 @@ from redis.retry import Retry
 
 from jobtap.acl import rules as acl
 from jobtap.cli.acl import acl as acl_cli
-from jobtap.cli.localredis import RedisServer
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier
-from tests.support.records import job_record
+from sim.rig.records import job_record
 
 SITE = "hpc1"
 K = SiteKeys(SITE)

@@ -1,5 +1,5 @@
-"""Driving the flux stand-in (tests/fakes/flux_standin.py) and its bindings
-(tests/fakes/flux_bindings) through their control file."""
+"""Driving the flux stand-in (sim/standins/flux_standin.py) and its bindings
+(sim/standins/flux_bindings) through their control file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import fixtures_dir
+from sim.rig.paths import fixtures_dir
 
 
 def fake_flux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **base) -> Callable[..., None]:

@@ -21,9 +21,9 @@ from jobtap.collector.service import CollectorService
 from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
-from tests.support.pipeline import check_against_truth, site_events
+from sim.rig.pipeline import check_against_truth, site_events
+from sim.rig.wait import eventually
 from tests.support.sdk import Writer
-from tests.support.wait import eventually
 
 TICK = 300.0  # simulated seconds between two stats
 

@@ -21,8 +21,11 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.paths import ROOT
+from sim.rig.paths import ROOT
 
+# Folders of package folders that a checkout imports (as sim.rig, sim.standins) and
+# the sdist and the wheel do not hold (MANIFEST.in prunes them; not in `packages`).
+CHECKOUT_ONLY = ("sim/rig", "sim/standins")
 SERVICES = ("jobtap.collector", "jobtap.workers", "jobtap.cli", "jobtap.acl", "jobtap.sim")
 
 

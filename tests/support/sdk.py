@@ -15,8 +15,8 @@ import jobtap
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
-from tests.support import records
-from tests.support.wait import eventually
+from sim.rig import records
+from sim.rig.wait import eventually
 
 SITE = "t1"
 K = SiteKeys(SITE)

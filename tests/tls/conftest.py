@@ -1,4 +1,4 @@
-"""Fixtures of the TLS tests: the session's certificates (tests/support/tls.py)
+"""Fixtures of the TLS tests: the session's certificates (sim/rig/tls.py)
 and real redis-servers serving TLS only, with ACLs (the default user off), that
 ask their clients for a certificate (``tls-auth-clients yes``) or not."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
+from sim.rig.tls import PKI, make_pki
 from tests.support.acl import AclServer
-from tests.support.tls import PKI, make_pki
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import asyncio
 import jobtap
 import jobtap.aio
 from jobtap.cli.acl import public_url
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 from tests.support.sdk import SITE, Writer
 
 

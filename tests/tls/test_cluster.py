@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from jobtap.cli import poke
 from jobtap.cli.acl import acl as acl_cli
-from jobtap.cli.localredis import RedisServer
 from jobtap.connection import open_redis
 from jobtap.keys import SiteKeys
-from tests.support.cluster import LocalCluster
+from jobtap.sim.localredis import RedisServer
+from sim.rig.cluster import LocalCluster
 from tests.support.multisite import Audience, SimSite, WorkerPool, check_site, wait_for_everything
 
 CYCLES = 3

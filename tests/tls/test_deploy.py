@@ -14,12 +14,12 @@ import redis
 from click.testing import CliRunner
 
 from jobtap.cli.acl import acl as acl_cli
-from jobtap.cli.localredis import RedisServer, TLSFiles, free_port
 from jobtap.cli.status import status as status_cli
 from jobtap.connection import redis_from_url
+from jobtap.sim.localredis import RedisServer, TLSFiles, free_port
+from sim.rig.paths import ROOT
+from sim.rig.tls import Pair, tls_url
 from tests.support.acl import NO_RETRY
-from tests.support.paths import ROOT
-from tests.support.tls import Pair, tls_url
 
 MAKE = ROOT / "deploy/redis/make-certs.sh"
 

@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 import jobtap
 from jobtap.cli import poke
-from jobtap.cli.localredis import RedisServer
 from jobtap.cli.status import status as status_cli
 from jobtap.errors import RedisUnavailable, TLSFailed
-from tests.support.paths import ROOT
-from tests.support.tls import tls_url
+from jobtap.sim.localredis import RedisServer
+from sim.rig.paths import ROOT
+from sim.rig.tls import tls_url
 
 BOUND = 8.0  # seconds: the CLI's connect timeout is 5 s, the SDK's here 2 s
 

@@ -7,8 +7,8 @@ test_pipeline.py, test_failures.py and test_cluster.py.)"""
 from __future__ import annotations
 
 from jobtap.keys import POKES_MAXLEN, SiteKeys
-from tests.support.pbs_hook import run_hook
-from tests.support.tls import tls_url
+from sim.rig.pbs_hook import run_hook
+from sim.rig.tls import tls_url
 
 K = SiteKeys("hpc1")
 

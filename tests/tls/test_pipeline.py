@@ -18,10 +18,10 @@ import jobtap
 from jobtap.acl import rules as acl
 from jobtap.cli.acl import acl as acl_cli
 from jobtap.cli.status import status as status_cli
+from sim.rig.paths import ROOT
+from sim.rig.tls import tls_url
+from sim.rig.wait import eventually
 from tests.support.acl import ADMIN_PW, SITE, K
-from tests.support.paths import ROOT
-from tests.support.tls import tls_url
-from tests.support.wait import eventually
 
 SIM = ["--backend", "sim", "--interval", "0.05", "--sim-jobs", "60", "--sim-nodes", "6",
        "--sim-tick", "900", "--nodes-every", "1"]  # fmt: skip

@@ -11,11 +11,11 @@ import logging
 import pytest
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
 from jobtap.errors import TLSFailed
+from jobtap.sim.localredis import RedisServer
+from sim.rig.tls import make_pki
+from sim.rig.wait import eventually
 from tests.support.sdk import SITE, Recorder, Writer
-from tests.support.tls import make_pki
-from tests.support.wait import eventually
 
 
 def test_subscriber_says_why_at_each_attempt_and_recovers(tmp_path, pki, caplog, monkeypatch):

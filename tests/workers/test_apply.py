@@ -12,9 +12,9 @@ from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier, Settings
+from sim.rig.records import job_record
+from sim.rig.wait import eventually
 from tests.support.ids import eid
-from tests.support.records import job_record
-from tests.support.wait import eventually
 
 SITE = "t1"
 K = SiteKeys(SITE)

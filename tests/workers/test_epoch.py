@@ -16,9 +16,9 @@ from jobtap.contract.epoch import EpochGuard, new_epoch_name
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
 from jobtap.workers.service import _retired, worker_alive, worker_name
-from tests.support.records import job_record
-from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot
-from tests.support.wait import eventually
+from sim.rig.records import job_record
+from sim.rig.redisloss import reload_from, restart_empty, restart_from, snapshot
+from sim.rig.wait import eventually
 
 SITE = "ep"
 K = SiteKeys(SITE)

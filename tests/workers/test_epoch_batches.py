@@ -24,9 +24,9 @@ import pytest
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
-from tests.support.records import job_record
-from tests.support.redisloss import reload_from, restart_empty, restart_from, snapshot
-from tests.support.wait import eventually
+from sim.rig.records import job_record
+from sim.rig.redisloss import reload_from, restart_empty, restart_from, snapshot
+from sim.rig.wait import eventually
 
 SITE = "eb"
 K = SiteKeys(SITE)

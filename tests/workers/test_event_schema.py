@@ -14,7 +14,7 @@ from jobtap import events, schema
 from jobtap.collector.cycle import Collector, CycleFailed
 from jobtap.keys import SiteKeys
 from jobtap.sim.backend import SimBackend
-from tests.support.pipeline import drain
+from sim.rig.pipeline import drain
 
 SITE = "schema"
 K = SiteKeys(SITE)

@@ -9,7 +9,7 @@ from jobtap.contract.lease import Lease
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
 from jobtap.workers.metrics import WorkerMetrics
-from tests.support.records import job_record
+from sim.rig.records import job_record
 
 SITE = "fence"
 K = SiteKeys(SITE)

@@ -9,7 +9,7 @@ from jobtap.contract.chunk import Chunk, upsert
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier
-from tests.support.records import job_record
+from sim.rig.records import job_record
 
 SITE = "t2"
 K = SiteKeys(SITE)

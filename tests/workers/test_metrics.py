@@ -11,8 +11,8 @@ from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier
 from jobtap.workers.metrics import WorkerMetrics
-from tests.support.pipeline import meta, site_events
-from tests.support.records import job_record
+from sim.rig.pipeline import meta, site_events
+from sim.rig.records import job_record
 
 SITE = "w1"
 K = SiteKeys(SITE)

@@ -16,8 +16,8 @@ from jobtap.collector.ship import Shipper
 from jobtap.contract.chunk import STATE, UPDATE, upsert
 from jobtap.keys import SiteKeys
 from jobtap.workers import apply, service
-from tests.support.pipeline import site_events
-from tests.support.records import job_record
+from sim.rig.pipeline import site_events
+from sim.rig.records import job_record
 
 
 def ship(r, site: str, priority: str, cycle: int, jid: str) -> None:

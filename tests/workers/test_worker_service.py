@@ -13,14 +13,14 @@ import threading
 
 from rq import Queue, Worker
 
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.ship import Shipper
 from jobtap.contract.chunk import STATE, upsert
 from jobtap.keys import SiteKeys
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.service import run_worker
-from tests.support.records import job_record
-from tests.support.redisloss import restart_empty
-from tests.support.wait import eventually
+from sim.rig.records import job_record
+from sim.rig.redisloss import restart_empty
+from sim.rig.wait import eventually
 
 SITE = "wk"
 K = SiteKeys(SITE)

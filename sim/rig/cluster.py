@@ -7,7 +7,7 @@ the cluster itself after ``cluster-node-timeout``), put to sleep with ``DEBUG
 SLEEP``, or have a slot migrated away with the real ``CLUSTER SETSLOT`` /
 ``MIGRATE`` steps that ``redis-cli --cluster reshard`` runs.
 
-With ``tls`` (``jobtap.cli.localredis.TLSFiles``) every node serves TLS only,
+With ``tls`` (``jobtap.sim.localredis.TLSFiles``) every node serves TLS only,
 clients, replication (``tls-replication yes``) and the cluster bus
 (``tls-cluster yes``) alike, and the URLs are ``rediss://`` ones.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 import redis
 from redis.cluster import RedisCluster, key_slot
 
-from jobtap.cli.localredis import RedisServer, TLSFiles, free_port
 from jobtap.keys import SiteKeys
-from tests.support.wait import eventually
+from jobtap.sim.localredis import RedisServer, TLSFiles, free_port
+from sim.rig.wait import eventually
 
 NODE_TIMEOUT_MS = 1000  # how long a primary may be silent before its replica takes over
 

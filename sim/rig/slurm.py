@@ -25,9 +25,9 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.schema import TERMINAL
-from tests.support.paths import ROOT
-from tests.support.pipeline import drain, meta, site_events
-from tests.support.wait import eventually
+from sim.rig.paths import ROOT
+from sim.rig.pipeline import drain, meta, site_events
+from sim.rig.wait import eventually
 
 SITE = "slurm1"
 K = SiteKeys(SITE)

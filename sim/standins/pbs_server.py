@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A test-only one-host OpenPBS server behind the ``qsub`` and ``qdel`` stand-ins
-(``tests/fakes/bin``): jobs submitted with ``qsub`` really run (their batch script,
+(``sim/standins/bin``): jobs submitted with ``qsub`` really run (their batch script,
 with bash) and go Q -> R -> F, and ``qdel`` deletes them; after every change the
 server writes what real ``qstat -f -F json`` and ``qstat -f -F json -x`` would print
 as a stage of the ``qstat`` stand-in (``pbs_standin.py``), which serves it.

@@ -4,7 +4,7 @@ The psij-python sdist on PyPI ships its test files but not their harness
 (``conftest.py``, ``_test_tools.py``, ``executor_test_params.py`` live only in
 PSI/J's repository).  :func:`sdist_tests` fetches the sdist of the installed
 version once (``pip download``, cached in the virtualenv); :func:`prepare` copies
-its tests beside the harness of ``tests/psij/harness`` into a run folder;
+its tests beside the harness of ``sim/rig/psij_harness`` into a run folder;
 :func:`run_suite` runs them in a subprocess with ``--executors A,B`` and returns
 both columns.  :func:`jobtap_on_slurm` sets up jobtap in follow mode on the Slurm
 of ``deploy/slurm/start.sh`` (its hook pointed at the given Redis), for the live
@@ -23,12 +23,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.psij.support import jobtap_services
-from tests.support.paths import ROOT
-from tests.support.sdist import sdist_tests as support_sdist_tests
-from tests.support.slurm import SITE, hook_settings
+from sim.rig.paths import ROOT
+from sim.rig.procs import jobtap_services
+from sim.rig.sdist import sdist_tests as support_sdist_tests
+from sim.rig.slurm import SITE, hook_settings
 
-HARNESS = Path(__file__).parent / "harness"
+HARNESS = Path(__file__).parent / "psij_harness"
 # The executor tests: the sdist's files whose tests take ``execparams``.
 EXECUTOR_TESTS = (
     "test_executor.py",

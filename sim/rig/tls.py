@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from jobtap.cli.localredis import TLSFiles
+from jobtap.sim.localredis import TLSFiles
 
 SERVER_SANS = "subjectAltName=IP:127.0.0.1,DNS:localhost"
 

@@ -10,7 +10,7 @@ import itertools
 import shutil
 from pathlib import Path
 
-from jobtap.cli.localredis import RedisServer
+from jobtap.sim.localredis import RedisServer
 
 _copies = itertools.count(1)
 

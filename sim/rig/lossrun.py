@@ -47,18 +47,18 @@ import redis
 from rq import Queue
 
 import jobtap
-from jobtap.cli.localredis import RedisServer
 from jobtap.collector.cycle import Collector
 from jobtap.collector.hoststate import FILENAME, HostState
 from jobtap.collector.service import CollectorService
 from jobtap.contract.chunk import PRIORITIES, Chunk
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
+from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
 from jobtap.workers.service import taken_unstarted
-from tests.support.epochs import Written, check_finals_against_truth, content
-from tests.support.redisloss import restart_empty, restart_from, snapshot
-from tests.support.wait import eventually
+from sim.rig.epochs import Written, check_finals_against_truth, content
+from sim.rig.redisloss import restart_empty, restart_from, snapshot
+from sim.rig.wait import eventually
 
 SITE = "loss"
 K = SiteKeys(SITE)

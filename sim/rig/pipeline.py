@@ -13,7 +13,7 @@ import redis
 
 from jobtap.keys import SiteKeys
 from jobtap.workers.service import run_worker
-from tests.support.paths import FAKE_BIN
+from sim.rig.paths import FAKE_BIN
 
 
 def drain(r: redis.Redis, site: str) -> None:
@@ -40,7 +40,7 @@ def meta(r: redis.Redis, site: str) -> dict[str, str]:
 
 
 class FakePBS:
-    """Controls the qstat/pbsnodes stand-in (tests/fakes) through its control file."""
+    """Controls the qstat/pbsnodes stand-in (sim/standins) through its control file."""
 
     def __init__(self, tmp_path: Path, fixtures: Path, monkeypatch):
         self.control = tmp_path / "fake-pbs.json"

@@ -9,7 +9,7 @@ simulation advanced to that time is the ground truth of what both saw.  Each
 process names itself as if on a host of its own (``--name``), so the one that
 takes over waits for the lease to run out, as on another host.
 
-Run as ``python -m tests.support.standby --redis URL ...`` (see :func:`main`).
+Run as ``python -m sim.rig.standby --redis URL ...`` (see :func:`main`).
 Two places to act, each named by a file the test creates:
 
 - ``--pause-file``: the collector, about to send a shipment (the lease checked,
@@ -42,8 +42,8 @@ from jobtap.contract.lease import describe
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.sim.model import Simulation
-from tests.support.epochs import Written
-from tests.support.wait import eventually
+from sim.rig.epochs import Written
+from sim.rig.wait import eventually
 
 SITE = "standby"
 K = SiteKeys(SITE)
@@ -172,7 +172,7 @@ class Site:
     def start(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
         self.logs[name] = self.workdir / f"{name}.log"
         log = open(self.logs[name], "ab")  # noqa: SIM115 - the child keeps it
-        cmd = [sys.executable, "-m", "tests.support.standby", "--redis", self.url,
+        cmd = [sys.executable, "-m", "sim.rig.standby", "--redis", self.url,
                "--name", name, "--t0", str(self.t0), "--speed", str(self.speed),
                "--freeze", str(self.freeze), "--interval", str(self.interval),
                "--lease", str(self.lease_s), "--state-dir", str(self.workdir / f"state-{name}"),

@@ -1,6 +1,6 @@
 """snakemake-executor-plugin-slurm's own test suite (``tests/tests.py`` of the
 sdist of the installed version, unmodified) run with our harness
-(``tests/snakemake/harness``), once per executor: ``slurm`` (stock) or
+(``sim/rig/snakemake_harness``), once per executor: ``slurm`` (stock) or
 ``jobtap-slurm``.  Used by ``python -m bench.snakemake_suite``."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.sdist import sdist_tests as support_sdist_tests
+from sim.rig.sdist import sdist_tests as support_sdist_tests
 
-HARNESS = Path(__file__).parent / "harness"
+HARNESS = Path(__file__).parent / "snakemake_harness"
 DIST = "snakemake-executor-plugin-slurm"
 # The suite's tests that run workflows on the cluster (the rest are unit tests
 # with mocks and never reach an executor's status loop).

@@ -4,7 +4,7 @@ captured output (``tests/fixtures/pbs``), so the PBS backend can be tested
 end to end without a server.
 
 Run as ``pbs_standin.py qstat ARGS...`` / ``pbs_standin.py pbsnodes ARGS...``
-(what ``tests/fakes/bin/qstat`` and ``tests/fakes/bin/pbsnodes`` do), or through
+(what ``sim/standins/bin/qstat`` and ``sim/standins/bin/pbsnodes`` do), or through
 a link named ``qstat`` or ``pbsnodes``.  Standard library only.
 
 The environment variable ``JOBTAP_FAKE_PBS`` names a JSON control file, read

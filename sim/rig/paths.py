@@ -1,4 +1,4 @@
-"""Where things are: the repository, the test stand-ins, and the real
+"""Where things are: the repository, the scheduler stand-ins (``sim/standins``), and the real
 schedulers' captured output (``tests/fixtures/{pbs,slurm,flux}``, each with a
 README that says which server and which command produced every file)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKES = ROOT / "tests" / "fakes"
+FAKES = ROOT / "sim" / "standins"
 FAKE_BIN = FAKES / "bin"
 FIXTURES = ROOT / "tests" / "fixtures"
 

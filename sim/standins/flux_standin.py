@@ -3,7 +3,7 @@
 output of flux-core 0.88 (``tests/fixtures/flux``), so the Flux backend can
 be tested end to end without a Flux instance.  Standard library only.
 
-Run as ``flux_standin.py ARGS...`` (what ``tests/fakes/bin/flux`` does).  The
+Run as ``flux_standin.py ARGS...`` (what ``sim/standins/bin/flux`` does).  The
 environment variable ``JOBTAP_FAKE_FLUX`` names a JSON control file, read again
 on every call so that a test can change it between cycles::
 

@@ -38,7 +38,8 @@ import sys
 from pathlib import Path
 
 ATTRIBUTES = {"event", "fail_action", "alarm", "enabled", "order", "user"}
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "pbs"
+# the captures stay with the tests (tests/fixtures/pbs)
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "pbs"
 SERVER_CAPTURE = FIXTURES / "80-final.qstat-B-f.json"
 CONTENT = {"application/x-python": "python", "application/x-config": "config"}
 

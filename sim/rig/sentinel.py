@@ -19,8 +19,8 @@ from pathlib import Path
 
 import redis
 
-from jobtap.cli.localredis import RedisServer, free_port
-from tests.support.wait import eventually
+from jobtap.sim.localredis import RedisServer, free_port
+from sim.rig.wait import eventually
 
 SERVICE = "queues"
 DOWN_AFTER_MS = 1000

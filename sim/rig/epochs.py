@@ -32,7 +32,7 @@ def slim(event: dict[str, Any]) -> dict[str, Any]:
 
 class Written:
     """Every event a site's stream held, each stream entry noted once, whoever
-    read it: a tap following the stream as it grows (tests.support.lossrun), and
+    read it: a tap following the stream as it grows (sim.rig.lossrun), and
     gatherings of the whole stream (what a later loss takes away still counts).
 
     Every event is checked against its content, not only its id: an id found

@@ -2,7 +2,7 @@
 (collector/backends/journal_reader/flux_journal_reader.py) uses, replaying the
 journal captured on flux-core 0.88 (``tests/fixtures/flux/journal.*.jsonl``).
 
-``tests/fakes/flux_standin.py`` puts this folder on ``PYTHONPATH`` for ``flux
+``sim/standins/flux_standin.py`` puts this folder on ``PYTHONPATH`` for ``flux
 python`` as the real ``flux`` command puts its bindings there; nothing else of
 the project is importable then.  Standard library only.
 
