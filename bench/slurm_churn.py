@@ -7,7 +7,7 @@ callback carrying its final.
     sudo .venv/bin/python -m bench.slurm_churn --levels burst --no-write
     sudo .venv/bin/python -m bench.slurm_churn --slurm 24.11    # Debian 13's Slurm
 
-Needs root and a single-host Slurm of the test rig (tests/support/slurm.py):
+Needs root and a single-host Slurm of the test rig (sim/rig/slurm.py):
 22.05 of deploy/slurm/start.sh by default, ``--slurm 24.11`` that of
 deploy/slurm/debian13/start.sh (started if it is not running; their slurm.conf
 names deploy/slurm/jobtap-slurmctld-hook.sh as PrologSlurmctld, EpilogSlurmctld
