@@ -14,7 +14,6 @@ import fcntl
 import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from jobtap.keys import SiteKeys
 from jobtap.schema import TERMINAL
 from sim.rig.paths import ROOT
 from sim.rig.pipeline import drain, meta, site_events
+from sim.rig.procs import JOBTAP
 from sim.rig.wait import eventually
 
 SITE = "slurm1"
@@ -42,7 +42,6 @@ RANK.update(dict.fromkeys(TERMINAL, 3))
 # three are the same fact; a test that expects one of them flakes.
 KILLED_BY_SIGTERM = frozenset({15, 143, 271})
 LOCK_WAIT = 420  # seconds to wait for another session's turn
-JOBTAP = Path(sys.executable).with_name("jobtap")
 # The Slurm commands jobtap runs, by SlurmBackend's option names.
 _BACKEND_COMMANDS = ("squeue", "sinfo", "sacct", "scontrol", "slurmrestd", "sdiag")
 
