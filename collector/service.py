@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 import orjson
 import redis
 
-from jobtap.connection import publish_command
+from jobtap.cluster import publish_command
 from jobtap.contract import meta
 from jobtap.contract.epoch import CAUSES, EpochCheck, epoch_args
 from jobtap.contract.lease import GUARDED_EPOCH_LUA, Holding, Lease, LeaseLost, default_lease

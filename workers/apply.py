@@ -49,7 +49,8 @@ from tenacity import (
     wait_random,
 )
 
-from jobtap.connection import AnyRedis, publish_command
+from jobtap.cluster import publish_command
+from jobtap.connection import AnyRedis
 from jobtap.contract.chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
 from jobtap.contract.epoch import EPOCH_LUA, EpochGuard, epoch_args
 from jobtap.contract.lease import FENCE_LUA
