@@ -50,7 +50,7 @@ from .backends.base import (
 from .fingerprint import fingerprint, fingerprint_all
 from .follow.reads import PokedJobReads
 from .nodewatch import ON_NODES, NodeWatch
-from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, Targets
+from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, ProbeJobs
 from .ship import Batches, Shipper
 from .tracker import Seen, Tracker
 
@@ -619,16 +619,16 @@ class Collector:
         started = self.plan.clock()
         if tier == PUSHED:  # the pokes bring the changes: only the jobs of bad nodes
             report.tier = PUSHED
-            self._targeted(Targets([], {}), Probe(), report, shipment, bad, delta)
+            self._targeted(ProbeJobs([], {}), Probe(), report, shipment, bad, delta)
             return
         probe = None if self.plan.pushed else self._probe(report, self.plan.probe_since(tier))
         if tier == PROBE and probe is not None:
             seen = self._seen(JOB)
-            targets = self.plan.targets(probe, seen)
-            report.counts.update(probe_named=len(probe.named), targeted=len(targets))
-            if not self.plan.too_many(targets, seen):
+            jobs = self.plan.probe_jobs(probe, seen)
+            report.counts.update(probe_named=len(probe.named), targeted=len(jobs))
+            if not self.plan.too_many(jobs, seen):
                 report.tier = PROBE
-                self._targeted(targets, probe, report, shipment, bad, delta)
+                self._targeted(jobs, probe, report, shipment, bad, delta)
                 return
             report.add("escalated")  # one full stat costs less than this many targeted ones
         report.tier = RECONCILE
@@ -651,7 +651,7 @@ class Collector:
 
     def _targeted(
         self,
-        targets: Targets,
+        jobs: ProbeJobs,
         probe: Probe,
         report: CycleReport,
         shipment: Shipment,
@@ -665,8 +665,8 @@ class Collector:
         a job that the scheduler no longer knows at all is left to the next
         reconciliation, which has the full list and the shrink guard."""
         seen = self._seen(JOB)
-        ids = list(dict.fromkeys([*targets.ids, *sorted(self.nodewatch.jobs_on(delta))]))
-        ids = [j for j in ids if j not in targets.records]
+        ids = list(dict.fromkeys([*jobs.ids, *sorted(self.nodewatch.jobs_on(delta))]))
+        ids = [j for j in ids if j not in jobs.records]
         natives: dict[str, Native] = {}
         if ids:
             how = self.reads.mode(ids)
@@ -674,7 +674,7 @@ class Collector:
                 found = self.reads.read(ids, how)
             report.counts[f"read_{how}"] = 1
             natives = {j: found[j] for j in ids if j in found}
-        natives.update(targets.records)
+        natives.update(jobs.records)
         with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed = [
