@@ -36,7 +36,7 @@ that fails raises and changes nothing.
 
 What the plan remembers (the ``since`` of the next probe, the signatures of a
 listing probe, when the last reconciliation ran) is committed only after the
-cycle's chunks are shipped, like the tracker: a cycle that fails at any step
+cycle's chunks are shipped, like the ledger: a cycle that fails at any step
 leaves the next probe to find the same changes.
 """
 
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from jobtap.schema import TERMINAL
 
 from .backends.base import Native, Probe
-from .tracker import Seen
+from .ledger import Seen
 
 RECONCILE = "reconcile"
 PROBE = "probe"
