@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import redis
 from redis.cluster import RedisCluster
 
-from jobtap.connection import clone, cluster_from, is_cluster
+from jobtap.cluster import is_cluster
+from jobtap.connection import clone, cluster_from
 
 STANDALONE, PRIMARY, REPLICA = "standalone", "primary", "replica"
 # Errors that mean "this node did not take it" rather than "the request is wrong".

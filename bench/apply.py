@@ -266,11 +266,11 @@ def profile(natives, chunk: int) -> None:
         apply_round(applier, natives, chunk, 1, r)
         n = len(natives)
         # the script calls of round 3, planned but not sent
-        target = applier.targets.for_site(keys)
+        dest = applier.destinations.for_site(keys)
         calls, plans, okeys, events, arg_bytes = [], [], [], 0, 0
         for part in chunked(records_for_round(natives, 2), chunk):
             c = Chunk(SITE, 3, "2026-11-21T15:00:00+00:00", "job", list(part))
-            reads = applier._read(target, keys, c)
+            reads = applier._read(dest, keys, c)
             okeys += [okey for _, _, okey, _ in reads]
             for b in range(0, len(reads), applier.settings.batch):
                 plan = applier._plan(keys, c, reads[b : b + applier.settings.batch])

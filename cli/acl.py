@@ -28,9 +28,11 @@ import click
 import redis
 
 from jobtap.acl import files, rules
-from jobtap.connection import describe_error, redis_from_url, safe_url
+from jobtap.connection import redis_from_url
 from jobtap.errors import JobtapError
 from jobtap.keys import BadName, check_site
+from jobtap.redis_errors import describe_error
+from jobtap.urls import safe_url
 
 from .redissetup import setup_warnings
 

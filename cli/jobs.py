@@ -33,7 +33,7 @@ import click
 import orjson
 
 import jobtap
-from jobtap.connection import translated
+from jobtap.redis_errors import translated
 from jobtap.schema import JOB_STATES
 
 from .changes import LineFormatter, use_colour, wanted

@@ -7,17 +7,12 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from jobtap.connection import (
-    AnyRedis,
-    describe_error,
-    is_sentinel,
-    open_redis,
-    safe_url,
-    set_wait_replicas,
-    translate_error,
-)
+from jobtap.connection import AnyRedis, open_redis
 from jobtap.errors import ConfigError, JobtapError
 from jobtap.keys import BadName, check_site
+from jobtap.redis_errors import describe_error, translate_error
+from jobtap.sentinel import is_sentinel, set_wait_replicas
+from jobtap.urls import safe_url
 
 from .passwords import looked_at, password_file_option, with_password
 

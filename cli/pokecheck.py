@@ -29,8 +29,9 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from jobtap.connection import redis_from_url, safe_url
+from jobtap.connection import redis_from_url
 from jobtap.keys import SiteKeys
+from jobtap.urls import safe_url
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 NAME = "refused"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from jobtap.connection import is_sentinel_url
 from jobtap.contract import meta as field
 from jobtap.contract.chunk import PRIORITIES
 from jobtap.contract.epoch import CAUSES
 from jobtap.keys import SiteKeys
+from jobtap.sentinel import is_sentinel_url
 
 from .options import (
     connect,

@@ -35,12 +35,13 @@ from rich.table import Table
 from rich.text import Text
 
 import jobtap
-from jobtap.connection import Server, SiteConfig, resolve
+from jobtap.connection import Server
 from jobtap.contract import meta as meta_field
 from jobtap.events import FINAL, NEW, REMOVED, STATE
 from jobtap.keys import SiteKeys
 from jobtap.records import INITIAL, RESYNC
 from jobtap.schema import BAD_NODE_STATES, JOB, NODE
+from jobtap.urls import SiteConfig, resolve
 
 from .changes import object_name, reason, state_colour, transition
 from .jobs import connection_options, make_client, require_written, sdk_errors

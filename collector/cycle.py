@@ -8,7 +8,7 @@ stats every job (the steps above, in full); a *probe* cycle asks the backend's
 cheap probe what changed and stats just those jobs (``stat_some``), then goes
 through the same fingerprint, normalise and ship steps.
 
-A cycle either ships everything it found or changes nothing: the tracker (and
+A cycle either ships everything it found or changes nothing: the ledger (and
 the plan's memory) is updated only after the chunks are enqueued, so a failure
 at any step leaves the next cycle to find the same changes again.
 """
@@ -49,10 +49,10 @@ from .backends.base import (
 )
 from .fingerprint import fingerprint, fingerprint_all
 from .follow.reads import PokedJobReads
+from .ledger import Ledger, Seen
 from .nodewatch import ON_NODES, NodeWatch
-from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, Targets
+from .plan import PROBE, PUSHED, RECONCILE, TIERS, ObservationPlan, ProbeJobs
 from .ship import Batches, Shipper
-from .tracker import Seen, Tracker
 
 log = logging.getLogger("jobtap.collector")
 
@@ -100,7 +100,7 @@ class CycleReport:
     bad: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     # A refresh: the state each poked job the scheduler knows is in now (what
-    # follow mode decides its re-checks on, without the tracker a cycle may own).
+    # follow mode decides its re-checks on, without the ledger a cycle may own).
     states: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -291,7 +291,7 @@ class Collector:
         self.shipper = Shipper(queue_redis or data_redis, self.keys, chunk_size=chunk_size)
         self.nodes_every = max(1, nodes_every)
         self.shrink_ratio = shrink_ratio
-        self.tracker: Tracker | None = None
+        self.ledger: Ledger | None = None
         self.nodewatch = NodeWatch()
         self.job_nodes_known = self.node_states_known = False
         self.cycles_run = 0
@@ -339,8 +339,8 @@ class Collector:
         )
 
     # -- state ------------------------------------------------------------------
-    def load(self) -> Tracker:
-        self.tracker = Tracker.load(self.redis, self.keys)
+    def load(self) -> Ledger:
+        self.ledger = Ledger.load(self.redis, self.keys)
         self.nodewatch = NodeWatch()
         self.job_nodes_known = self.node_states_known = False
         self.plan.reset()  # what the probe remembered is no longer a baseline
@@ -352,30 +352,30 @@ class Collector:
                 self.window_start = None
         log.info(
             "loaded %d jobs, %d nodes, %d queues from %s",
-            self.tracker.count(JOB),
-            self.tracker.count(NODE),
-            self.tracker.count(QUEUE),
+            self.ledger.count(JOB),
+            self.ledger.count(NODE),
+            self.ledger.count(QUEUE),
             self.keys.fingerprints,
         )
-        return self.tracker
+        return self.ledger
 
     def resume_after_loss(self) -> None:
         """Redis' data is not what this collector shipped (a new epoch began):
         take what Redis holds now, and forget the fingerprints of the objects
         Redis lost, so that each is shipped again if it is still there, and a
         job that ended meanwhile is looked up in history for its final."""
-        known = self.tracker
+        known = self.ledger
         self.load()
         if known is None:
             return
-        assert self.tracker is not None
+        assert self.ledger is not None
         for kind in KINDS:
-            now = self.tracker.of(kind)
+            now = self.ledger.of(kind)
             for oid in known.of(kind).keys() - now.keys():
                 now[oid] = Seen("", "")
         # Jobs forgotten lately: the chunk with their final may have been lost
         # before a worker applied it (the queue lives in the same Redis).
-        jobs = self.tracker.of(JOB)
+        jobs = self.ledger.of(JOB)
         for oid in self.forgotten.keys() - jobs.keys():
             jobs[oid] = Seen("", "")
         self.forgotten.clear()
@@ -397,7 +397,7 @@ class Collector:
     def run_cycle(self, *, with_nodes: bool | None = None, tier: str | None = None) -> CycleReport:
         """Run one cycle of ``tier`` (default: the one the plan chooses); raise
         :class:`CycleFailed` if it changed nothing."""
-        if self.tracker is None:
+        if self.ledger is None:
             self.load()
         if with_nodes is None:
             with_nodes = self.cycles_run % self.nodes_every == 0
@@ -435,12 +435,12 @@ class Collector:
         found the end first) are left out.
         ``deferred``: while a cycle runs in another thread, what is remembered
         of the shipped jobs is appended there, to be done after the cycle
-        (the cycle owns the tracker until it ends).
+        (the cycle owns the ledger until it ends).
 
         Ids the scheduler does not know are ignored: a poke for an unknown or
         vanished job is harmless, and the next full cycle deals with vanished
         jobs.  Raises :class:`CycleFailed` if it changed nothing."""
-        if self.tracker is None:
+        if self.ledger is None:
             self.load()
         seen = self._seen(JOB)
         given = given or {}
@@ -518,8 +518,8 @@ class Collector:
         return CycleReport(cycle=cycle, observed_at=utc_now_iso())
 
     def _seen(self, kind: str) -> dict[str, Seen]:
-        assert self.tracker is not None
-        return self.tracker.of(kind)
+        assert self.ledger is not None
+        return self.ledger.of(kind)
 
     def _poked_ids(self, job_ids: Iterable[str]) -> list[str]:
         """Poked ids in the collector's spelling, valid, each once."""
@@ -619,16 +619,16 @@ class Collector:
         started = self.plan.clock()
         if tier == PUSHED:  # the pokes bring the changes: only the jobs of bad nodes
             report.tier = PUSHED
-            self._targeted(Targets([], {}), Probe(), report, shipment, bad, delta)
+            self._targeted(ProbeJobs([], {}), Probe(), report, shipment, bad, delta)
             return
         probe = None if self.plan.pushed else self._probe(report, self.plan.probe_since(tier))
         if tier == PROBE and probe is not None:
             seen = self._seen(JOB)
-            targets = self.plan.targets(probe, seen)
-            report.counts.update(probe_named=len(probe.named), targeted=len(targets))
-            if not self.plan.too_many(targets, seen):
+            jobs = self.plan.probe_jobs(probe, seen)
+            report.counts.update(probe_named=len(probe.named), targeted=len(jobs))
+            if not self.plan.too_many(jobs, seen):
                 report.tier = PROBE
-                self._targeted(targets, probe, report, shipment, bad, delta)
+                self._targeted(jobs, probe, report, shipment, bad, delta)
                 return
             report.add("escalated")  # one full stat costs less than this many targeted ones
         report.tier = RECONCILE
@@ -651,7 +651,7 @@ class Collector:
 
     def _targeted(
         self,
-        targets: Targets,
+        jobs: ProbeJobs,
         probe: Probe,
         report: CycleReport,
         shipment: Shipment,
@@ -665,8 +665,8 @@ class Collector:
         a job that the scheduler no longer knows at all is left to the next
         reconciliation, which has the full list and the shrink guard."""
         seen = self._seen(JOB)
-        ids = list(dict.fromkeys([*targets.ids, *sorted(self.nodewatch.jobs_on(delta))]))
-        ids = [j for j in ids if j not in targets.records]
+        ids = list(dict.fromkeys([*jobs.ids, *sorted(self.nodewatch.jobs_on(delta))]))
+        ids = [j for j in ids if j not in jobs.records]
         natives: dict[str, Native] = {}
         if ids:
             how = self.reads.mode(ids)
@@ -674,7 +674,7 @@ class Collector:
                 found = self.reads.read(ids, how)
             report.counts[f"read_{how}"] = 1
             natives = {j: found[j] for j in ids if j in found}
-        natives.update(targets.records)
+        natives.update(jobs.records)
         with no_gc(), self._watch(report, "fingerprint"):
             fps = fingerprint_all(natives)
             changed = [

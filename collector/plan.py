@@ -36,7 +36,7 @@ that fails raises and changes nothing.
 
 What the plan remembers (the ``since`` of the next probe, the signatures of a
 listing probe, when the last reconciliation ran) is committed only after the
-cycle's chunks are shipped, like the tracker: a cycle that fails at any step
+cycle's chunks are shipped, like the ledger: a cycle that fails at any step
 leaves the next probe to find the same changes.
 """
 
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from jobtap.schema import TERMINAL
 
 from .backends.base import Native, Probe
-from .tracker import Seen
+from .ledger import Seen
 
 RECONCILE = "reconcile"
 PROBE = "probe"
@@ -63,7 +63,7 @@ def _active(seen: Seen | None) -> bool:
 
 
 @dataclass
-class Targets:
+class ProbeJobs:
     """What a probe cycle stats: ``ids`` through the backend's targeted stat,
     and the ``records`` the probe already carries."""
 
@@ -130,7 +130,7 @@ class ObservationPlan:
         baseline (None), a probe cycle for what changed since the last one."""
         return self.since if tier == PROBE else None
 
-    def targets(self, probe: Probe, seen: dict[str, Seen]) -> Targets:
+    def probe_jobs(self, probe: Probe, seen: dict[str, Seen]) -> ProbeJobs:
         """The jobs a probe cycle must stat, in the order the probe named them.
 
         Jobs the collector has already finalised are left out (nothing is
@@ -153,11 +153,11 @@ class ObservationPlan:
             ]
         else:
             ids = [j for j in probe.named if j not in records and _active(seen.get(j))]
-        return Targets(ids, records)
+        return ProbeJobs(ids, records)
 
-    def too_many(self, targets: Targets, seen: dict[str, Seen]) -> bool:
+    def too_many(self, jobs: ProbeJobs, seen: dict[str, Seen]) -> bool:
         """Whether a full stat is the better way to get these records."""
-        n = len(targets)
+        n = len(jobs)
         if n > self.max_targeted:
             return True
         active = sum(1 for s in seen.values() if s.state not in TERMINAL)

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 import orjson
 import redis
 
-from jobtap.connection import publish_command
+from jobtap.cluster import publish_command
 from jobtap.contract import meta
 from jobtap.contract.epoch import CAUSES, EpochCheck, epoch_args
 from jobtap.contract.lease import GUARDED_EPOCH_LUA, Holding, Lease, LeaseLost, default_lease
@@ -93,7 +93,7 @@ class CollectorService:
         self.guarded_epoch = self.redis.register_script(GUARDED_EPOCH_LUA)
         self.takeovers = 0
         self.step_downs = 0
-        self.reload = False  # reload the tracker from Redis at the next epoch check
+        self.reload = False  # reload the ledger from Redis at the next epoch check
         self.looping = False  # in run(): the lease kept by a thread, follow mode started
         self.backend_name = backend_name
         self.stop_event = threading.Event()
@@ -192,9 +192,9 @@ class CollectorService:
             self.epoch = fresh.epoch or self.epoch
         self.collector.last_cycle = max(self.collector.last_cycle, self.state.cycle)
         # Held before (stepped down, took it again): what Redis holds now is
-        # reloaded at the epoch check (a new epoch: what this tracker knew and
+        # reloaded at the epoch check (a new epoch: what this ledger knew and
         # Redis lost is shipped again; else another collector wrote meanwhile).
-        self.reload = self.collector.tracker is not None
+        self.reload = self.collector.ledger is not None
         self.collector.plan.reset()
         log.info(
             "holding the lease of site %s (generation %d): the first cycle reconciles",
@@ -239,7 +239,7 @@ class CollectorService:
 
     def step_down(self) -> None:
         """The lease is lost: write nothing more, drop what is in hand (pokes,
-        re-checks; a shipment in hand was refused).  The tracker is reloaded
+        re-checks; a shipment in hand was refused).  The ledger is reloaded
         from Redis if the lease comes back (see :meth:`took_over`)."""
         if not self.lease.generation:
             return  # stepped down already

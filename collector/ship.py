@@ -20,9 +20,9 @@ import redis
 from redis.client import CaseInsensitiveDict
 from rq import Queue, Retry
 
-from jobtap.connection import wait_replicas
 from jobtap.contract.chunk import APPLY_FUNC, PRIORITIES, Chunk, Item
 from jobtap.keys import SiteKeys
+from jobtap.sentinel import wait_replicas
 from jobtap.workers.queues import ChunkQueue
 
 Batches = dict[tuple[str, str], list[Item]]  # (priority, kind) -> items

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from .cache import Cache, Ref
-from .connection import Server, Site, SiteConfig, resolve, translated
+from .connection import Server, Site
 from .dispatcher import Dispatcher
 from .errors import (
     ConfigError,
@@ -40,10 +40,12 @@ from .errors import (
 from .events import REMOVED
 from .keys import SiteKeys
 from .records import Change, Job, Node, Queue, object_prefix
+from .redis_errors import translated
 from .schema import JOB, KINDS, TERMINAL, job_states
 from .stream import EventStream
 from .subscribe import Subscription
 from .target import Target
+from .urls import SiteConfig, resolve
 
 
 class Client:

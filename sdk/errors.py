@@ -16,7 +16,7 @@ that generic handlers keep working::
     └── StateNotReached
 
 Errors of redis-py never reach the caller: they are translated into these
-(see ``jobtap.connection.translate_error``).
+(see ``jobtap.redis_errors.translate_error``).
 """
 
 from __future__ import annotations

@@ -30,9 +30,10 @@ import redis
 from redis.client import PubSub
 from redis.cluster import RedisCluster
 
-from .connection import Server, SiteConfig, make_redis
+from .connection import Server, make_redis
 from .keys import SiteKeys
 from .replies import text
+from .urls import SiteConfig
 
 log = logging.getLogger("jobtap.sdk")
 

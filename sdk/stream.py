@@ -45,20 +45,15 @@ import redis
 from tenacity import RetryCallState
 
 from .backfill import newest_id, parse_sid
-from .connection import (
-    TRANSIENT,
-    AnyRedis,
-    Site,
-    reconnecting,
-    safe_url,
-    translate_error,
-    translated,
-)
+from .connection import AnyRedis, Site
 from .dedupe import VersionMemory
 from .errors import ConfigError, JobtapError
 from .events import split_event_id
+from .reconnect import TRANSIENT, reconnecting
 from .records import Change
+from .redis_errors import translate_error, translated
 from .replies import Fields, blob, entries, text
+from .urls import safe_url
 
 log = logging.getLogger("jobtap.sdk")
 

@@ -49,7 +49,8 @@ from tenacity import (
     wait_random,
 )
 
-from jobtap.connection import AnyRedis, publish_command
+from jobtap.cluster import publish_command
+from jobtap.connection import AnyRedis
 from jobtap.contract.chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
 from jobtap.contract.epoch import EPOCH_LUA, EpochGuard, epoch_args
 from jobtap.contract.lease import FENCE_LUA
@@ -66,8 +67,8 @@ from jobtap.schema import (
     to_hash,
 )
 
+from .destinations import CLUSTER_CHANGES, Destination, Destinations
 from .metrics import WorkerMetrics, lag_seconds, note_in_meta
-from .target import CLUSTER_CHANGES, Target, Targets
 
 log = logging.getLogger("jobtap.workers")
 
@@ -136,7 +137,7 @@ def apply_chunk(payload: bytes) -> dict[str, int]:
 
 
 class Applier:
-    """Applies chunks to one Redis or to a Redis Cluster (see workers/target.py:
+    """Applies chunks to one Redis or to a Redis Cluster (see workers/destinations.py:
     on a cluster the site's batches go to the node that holds it, events are
     published on sharded channels, and a chunk is done once a replica has it).
     Each chunk's counts go to the site's ``meta`` and, if given, to ``metrics``
@@ -151,7 +152,7 @@ class Applier:
         self.redis = r
         self.settings = settings or Settings()
         self.metrics = metrics
-        self.targets = Targets(r, _SCRIPT)
+        self.destinations = Destinations(r, _SCRIPT)
         self.publish = publish_command(r)
         self.guard = EpochGuard(r)
         self.epochs: dict[str, str] = {}  # site -> the epoch events are made for
@@ -166,7 +167,7 @@ class Applier:
         ``settings.cluster_patience`` seconds, reading the cluster's map again
         before each new try; the chunk is done once a replica has it."""
         keys = SiteKeys(chunk.site)
-        if not self.targets.cluster:
+        if not self.destinations.cluster:
             retrying = Retrying(
                 retry=retry_if_exception_type(REDIS_AWAY),
                 wait=wait_exponential(multiplier=0.05, max=5.0) + wait_random(0, 0.05),
@@ -176,15 +177,15 @@ class Applier:
             )
             for attempt in retrying:
                 with attempt:
-                    return self._apply(self.targets.for_site(keys), keys, chunk)
+                    return self._apply(self.destinations.for_site(keys), keys, chunk)
             raise AssertionError("unreachable: tenacity returns or raises")
         deadline = time.monotonic() + self.settings.cluster_patience
         delay = 0.05
         while True:
             try:
-                target = self.targets.for_site(keys)
-                totals = self._apply(target, keys, chunk)
-                target.wait_for_a_replica(self.settings.replica_wait_ms)
+                dest = self.destinations.for_site(keys)
+                totals = self._apply(dest, keys, chunk)
+                dest.wait_for_a_replica(self.settings.replica_wait_ms)
                 return totals
             except CLUSTER_CHANGES as exc:
                 if time.monotonic() + delay > deadline:
@@ -194,11 +195,11 @@ class Applier:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 try:
-                    self.targets.refresh()
+                    self.destinations.refresh()
                 except CLUSTER_CHANGES as again:
                     log.info("the cluster map is not readable yet: %s", again)
 
-    def _apply(self, target: Target, keys: SiteKeys, chunk: Chunk) -> dict[str, int]:
+    def _apply(self, dest: Destination, keys: SiteKeys, chunk: Chunk) -> dict[str, int]:
         """Apply a chunk as a series of atomic batches of ``settings.batch`` objects.
 
         The stored records of the whole chunk are read in one pipeline first.
@@ -212,10 +213,10 @@ class Applier:
         started = time.perf_counter()
         if chunk.site not in self.epochs:
             self.epochs[chunk.site] = self.guard.ensure(keys, chunk.cycle).epoch
-        reads = self._read(target, keys, chunk)
+        reads = self._read(dest, keys, chunk)
         size = self.settings.batch
         totals = {"events": 0, "skipped": 0, "objects": 0, "conflicts": 0}
-        pool = target.writer.connection_pool
+        pool = dest.writer.connection_pool
         conn = pool.get_connection()
         clean = False
         try:
@@ -224,15 +225,15 @@ class Applier:
                 part = chunk.part([it for it, _, _, _ in reads[i : i + size]])
                 plan = self._plan(keys, chunk, reads[i : i + size])
                 if in_flight is not None:
-                    self._finish(conn, target, keys, *in_flight, totals)
+                    self._finish(conn, dest, keys, *in_flight, totals)
                     in_flight = None
                 if plan.items:
-                    self._send(conn, target, keys, part, plan)
+                    self._send(conn, dest, keys, part, plan)
                     in_flight = (part, plan)
                 else:
                     totals["skipped"] += plan.skipped
             if in_flight is not None:
-                self._finish(conn, target, keys, *in_flight, totals)
+                self._finish(conn, dest, keys, *in_flight, totals)
             clean = True
         except _Fenced as fence:
             clean = True  # the reply was read
@@ -244,25 +245,25 @@ class Applier:
             if not clean:  # a reply may still be on its way: never reuse this socket
                 conn.disconnect()
             pool.release(conn)
-        self._report(target, keys, chunk, totals, time.perf_counter() - started)
+        self._report(dest, keys, chunk, totals, time.perf_counter() - started)
         return totals
 
     def _report(
-        self, target: Target, keys: SiteKeys, chunk: Chunk, totals: dict[str, int], took: float
+        self, dest: Destination, keys: SiteKeys, chunk: Chunk, totals: dict[str, int], took: float
     ) -> None:
         now = time.time()
         lag = lag_seconds(chunk.observed_at, now)
         at = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
-        note_in_meta(target.writer, keys, totals, at, lag)  # the node that holds the site
+        note_in_meta(dest.writer, keys, totals, at, lag)  # the node that holds the site
         if self.metrics is not None:
             self.metrics.chunk_applied(chunk.site, chunk.kind, totals, took, lag)
 
-    def _send(self, conn, target: Target, keys: SiteKeys, part: Chunk, plan: _Plan) -> None:
+    def _send(self, conn, dest: Destination, keys: SiteKeys, part: Chunk, plan: _Plan) -> None:
         kargs, argv = self._args(keys, part, plan)
-        conn.send_command("EVALSHA", target.script.sha, len(kargs), *kargs, *argv)
+        conn.send_command("EVALSHA", dest.script.sha, len(kargs), *kargs, *argv)
 
     def _finish(
-        self, conn, target: Target, keys, part, plan: _Plan, totals: dict[str, int]
+        self, conn, dest: Destination, keys, part, plan: _Plan, totals: dict[str, int]
     ) -> None:
         try:
             reply = conn.read_response()
@@ -290,22 +291,22 @@ class Applier:
                 else:  # another worker wrote one of these objects: read again
                     totals["conflicts"] += 1
                     time.sleep(0.001)
-                plan = self._plan(keys, part, self._read(target, keys, part))
+                plan = self._plan(keys, part, self._read(dest, keys, part))
                 if not plan.items:
                     totals["skipped"] += plan.skipped
                     return
-            reply = self._run(target, keys, part, plan)
+            reply = self._run(dest, keys, part, plan)
         raise ApplyConflict(f"gave up on a {part.kind} batch of cycle {part.cycle}")
 
     # -- reading and diffing -------------------------------------------------------
-    def _read(self, target: Target, keys: SiteKeys, chunk: Chunk) -> list[tuple]:
+    def _read(self, dest: Destination, keys: SiteKeys, chunk: Chunk) -> list[tuple]:
         """``(item, user, key, stored record)`` for every item of ``chunk``;
         key is None for a vanished job that was never stored."""
         items, kind = chunk.items, chunk.kind
         users: list[str | None] = []
         if kind == JOB:
             need = [it["id"] for it in items if it["op"] == VANISHED]
-            owners = self._owners(target, keys, need) if need else {}
+            owners = self._owners(dest, keys, need) if need else {}
             for it in items:
                 if it["op"] == VANISHED:
                     users.append(owners.get(it["id"]))
@@ -321,7 +322,7 @@ class Applier:
                 object_keys.append(keys.job(user, it["id"]))
             else:
                 object_keys.append(None)
-        pipe = target.reader.pipeline(transaction=False)
+        pipe = dest.reader.pipeline(transaction=False)
         for k in object_keys:
             if k is not None:
                 pipe.hgetall(k)
@@ -331,7 +332,7 @@ class Applier:
             for it, user, okey in zip(items, users, object_keys)
         ]
 
-    def _owners(self, target: Target, keys: SiteKeys, ids: list[str]) -> dict[str, str | None]:
+    def _owners(self, dest: Destination, keys: SiteKeys, ids: list[str]) -> dict[str, str | None]:
         """The owners of vanished jobs, from the owner index.
 
         A pool of workers applies a site's chunks side by side, so a job that
@@ -339,7 +340,7 @@ class Applier:
         while the older chunk that creates it is still in another worker's
         hands.  Skipping it would lose its final for good (the collector has
         moved on): it is waited for, ``settings.vanished_wait`` seconds at most."""
-        owners: dict[str, str | None] = dict(zip(ids, target.reader.hmget(keys.owner, ids)))
+        owners: dict[str, str | None] = dict(zip(ids, dest.reader.hmget(keys.owner, ids)))
         deadline = time.monotonic() + self.settings.vanished_wait
         missing = [j for j, user in owners.items() if user is None]
         if missing:
@@ -347,7 +348,7 @@ class Applier:
                      keys.site, len(missing), missing[0])  # fmt: skip
         while missing and time.monotonic() < deadline:
             time.sleep(0.02)
-            owners.update(zip(missing, target.reader.hmget(keys.owner, missing)))
+            owners.update(zip(missing, dest.reader.hmget(keys.owner, missing)))
             missing = [j for j in missing if owners[j] is None]
         return owners
 
@@ -444,10 +445,10 @@ class Applier:
         return keys.node_index if kind == NODE else keys.queue_index
 
     # -- writing -----------------------------------------------------------------------
-    def _run(self, target: Target, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> list:
+    def _run(self, dest: Destination, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> list:
         """Run one batch's script and wait for its reply."""
         kargs, argv = self._args(keys, chunk, plan)
-        return target.script(keys=kargs, args=argv)
+        return dest.script(keys=kargs, args=argv)
 
     def _args(self, keys: SiteKeys, chunk: Chunk, plan: _Plan) -> tuple[list, list]:
         s = self.settings

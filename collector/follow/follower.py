@@ -190,7 +190,7 @@ class Follower:
         every step of ``ended_step`` seconds waited is latency.  ``states``:
         what the refresh found each job in; for a job it did not find, what
         the collector last knew of it (beside a cycle, as it was before)."""
-        seen = self.collector.tracker.of(JOB) if self.collector.tracker else {}
+        seen = self.collector.ledger.of(JOB) if self.collector.ledger else {}
         ended = self.pokes.ended if self.pokes is not None else set()
         now = time.monotonic()
         for jid in ids:
@@ -309,7 +309,7 @@ class Follower:
         keeps serving pokes: those that bring their record, and the single
         reads the read budget allows (never a listing beside the cycle's).
         Their chunks are shipped at once; what the collector remembers of
-        them is noted after the cycle, which owns the tracker until it ends.
+        them is noted after the cycle, which owns the ledger until it ends.
         Other pokes wait as before."""
         if self.pokes is None:
             return work()
@@ -329,7 +329,7 @@ class Follower:
         of its own, while this one ships the pending pokes that brought their
         record and, with ``reads``, reads other poked jobs one by one
         (:meth:`serve_reads`); what the collector remembers of those is noted
-        after ``work``, which owns the tracker until it ends.  Returns what
+        after ``work``, which owns the ledger until it ends.  Returns what
         ``work`` returned, or raises what it raised."""
         assert self.pokes is not None
         outcome: dict[str, object] = {}

@@ -16,7 +16,7 @@ Two places to act, each named by a file the test creates:
   its chunks built), removes the file and SIGSTOPs itself: resumed past its
   lease, it sends chunks of a deposed generation;
 - ``--kill-file``: right after sending a shipment, before it notes anything
-  (meta, the tracker, its host state), it SIGKILLs itself: mid-burst.
+  (meta, the ledger, its host state), it SIGKILLs itself: mid-burst.
 """
 
 from __future__ import annotations

@@ -938,8 +938,8 @@ def test_follow_mode_lists_jobs_only_to_reconcile(fake: FakeFlux, r, tmp_path: P
     names = {encode_f58(j.final["id"]): j.final["name"] for j in flux_standin.job_dirs(FIXTURES)}
 
     def finals() -> dict[str, tuple]:
-        tracker = collector.tracker.of("job") if collector.tracker else {}
-        done = {j: e for j, e in tracker.items() if e.state in TERMINAL}
+        ledger = collector.ledger.of("job") if collector.ledger else {}
+        done = {j: e for j, e in ledger.items() if e.state in TERMINAL}
         assert set(done) == set(names), sorted(set(names) - set(done))
         return done
 

@@ -187,7 +187,7 @@ def test_follow_mode_refreshes_what_the_journal_gives_first(r, tmp_path, monkeyp
     svc.follower.pokes.read(block_ms=1000)
     assert svc.follower.serve_pokes()
     assert groups == [[ok_id], [held_id]]
-    assert svc.collector.tracker.of("job")[ok_id].state == "completed"
+    assert svc.collector.ledger.of("job")[ok_id].state == "completed"
 
 
 # New jobs: records from the journal alone ------------------------------------------

@@ -64,7 +64,7 @@ def test_top_hears_the_collectors_health_on_the_sites_shard(clean_cluster, rc, r
     """The collector SPUBLISHes its health after each cycle; ``jobtap top``'s
     feed SSUBSCRIBEs to it through redis-py's cluster pub/sub."""
     from jobtap.cli.top import Board, HealthFeed
-    from jobtap.connection import resolve
+    from jobtap.urls import resolve
     from tests.support.multisite import SimSite
 
     monkeypatch.setenv("JOBTAP_CREDENTIALS", str(tmp_path / "no-credentials"))

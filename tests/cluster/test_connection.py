@@ -10,7 +10,8 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from jobtap.connection import is_cluster, open_redis
+from jobtap.cluster import is_cluster
+from jobtap.connection import open_redis
 from jobtap.errors import ConfigError
 from jobtap.keys import SiteKeys
 from sim.rig.cluster import site_slot

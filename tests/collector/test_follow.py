@@ -239,7 +239,7 @@ def test_a_job_poked_while_exiting_is_looked_at_again(r):
     svc.follower.pokes = PokeReader(r, K)
     assert svc.run_one()
     poke(r, K, ["1.vm"])  # once only: at the epilog, while the job is exiting
-    seen = svc.collector.tracker.of("job")
+    seen = svc.collector.ledger.of("job")
 
     def served_until_final() -> bool:
         svc.wait_serving_pokes(time.monotonic() + 1)  # the service's loop, a second at a time
@@ -318,7 +318,7 @@ def test_a_poke_is_read_while_a_reconciliation_lists(r):
     drain(r, SITE)
     types = [(e["type"], e["record"]["state"]) for e in site_events(r, SITE)]
     assert types == [("new", "running"), ("final", "cancelled")]
-    assert svc.collector.tracker.of("job")["1.vm"].state == "cancelled"
+    assert svc.collector.ledger.of("job")["1.vm"].state == "cancelled"
     assert not svc.follower.rechecks and not svc.follower.pokes.pending
 
 

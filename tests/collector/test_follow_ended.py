@@ -32,7 +32,7 @@ def service(fake: FakePBS, r) -> CollectorService:
 
 
 def state(svc: CollectorService, job: str = "1.vm") -> str:
-    return svc.collector.tracker.of("job")[job].state
+    return svc.collector.ledger.of("job")[job].state
 
 
 def test_only_an_ended_poke_of_a_running_job_plans_rechecks(tmp_path, monkeypatch, r):

@@ -83,12 +83,12 @@ def test_a_final_from_the_hooks_record_needs_no_qstat(tmp_path, monkeypatch, r, 
     svc.follower.pokes.read(block_ms=1000)
     assert svc.follower.serve_pokes()
     assert len(qstat_calls(log)) == before  # no qstat for the job's end
-    seen = svc.collector.tracker.of("job")[job_id]
+    seen = svc.collector.ledger.of("job")[job_id]
     assert seen.state in TERMINAL
     assert int(r.hget(K.meta, "poked_jobs_refreshed")) == 1
     # The next reconciliation (the job left the live list) ships nothing for it.
     report = svc.collector.run_cycle(tier="reconcile")
-    assert job_id not in svc.collector.tracker.of("job")
+    assert job_id not in svc.collector.ledger.of("job")
     assert report.counts.get("bad", 0) == 0
     drain(r, SITE)
     events = [e for e in site_events(r, SITE) if e["object_id"] == job_id]
@@ -107,9 +107,9 @@ def test_the_fingerprint_agrees_with_the_listing(tmp_path, monkeypatch, r, redis
     jobobit(tmp_path, redis_server, "30-array-running", "2[1].vm")
     svc.follower.pokes.read(block_ms=1000)
     assert svc.follower.serve_pokes()
-    shipped = svc.collector.tracker.of("job")["2[1].vm"].fingerprint
+    shipped = svc.collector.ledger.of("job")["2[1].vm"].fingerprint
     report = svc.collector.run_cycle(tier="reconcile")
-    assert svc.collector.tracker.of("job")["2[1].vm"].fingerprint == shipped
+    assert svc.collector.ledger.of("job")["2[1].vm"].fingerprint == shipped
     assert report.counts.get("poked_final_unchanged", 0) == 0  # equal, not merely held back
 
 
@@ -157,7 +157,7 @@ def test_a_record_less_poke_is_rechecked_with_qstat(tmp_path, monkeypatch, r, re
     assert svc.follower.serve_pokes()
     calls = qstat_calls(log)[before:]
     assert len(calls) == 1 and "-x" in calls[0] and "3.vm" in calls[0]
-    assert svc.collector.tracker.of("job")["3.vm"].state in TERMINAL
+    assert svc.collector.ledger.of("job")["3.vm"].state in TERMINAL
 
 
 def test_a_record_is_shipped_while_a_cycle_waits_for_qstat(tmp_path, monkeypatch, r, redis_server):
@@ -184,7 +184,7 @@ def test_a_record_is_shipped_while_a_cycle_waits_for_qstat(tmp_path, monkeypatch
         timer.join()
     ended = time.monotonic()
     assert served and ended - served[0] > 0.5  # served long before the cycle ended
-    assert svc.collector.tracker.of("job")["3.vm"].state in TERMINAL
+    assert svc.collector.ledger.of("job")["3.vm"].state in TERMINAL
     assert "3.vm" in svc.collector.poked_finals
     drain(r, SITE)
     events = [e for e in site_events(r, SITE) if e["object_id"] == "3.vm"]
@@ -226,7 +226,7 @@ def test_a_record_is_shipped_while_a_record_less_poke_waits_for_qstat(
     svc.follower.pokes.pending["1.vm"] = None  # a runjob or modifyjob poke: no record
     assert svc.follower.serve_pokes()
     assert waited == [True]
-    seen = svc.collector.tracker.of("job")
+    seen = svc.collector.ledger.of("job")
     assert seen["3.vm"].state in TERMINAL and seen["1.vm"].state in TERMINAL
     assert "3.vm" in svc.collector.poked_finals  # noted once the refresh was over
 
@@ -244,7 +244,7 @@ def test_a_record_poked_after_the_final_went_out_is_neither_read_nor_shipped(
     svc = service(fake, r)
     fake.set("30-array-running", log=str(log))
     svc.collector.run_cycle(tier="reconcile")  # 2[1].vm's final, from the listing
-    assert svc.collector.tracker.of("job")["2[1].vm"].state in TERMINAL  # still listed (X)
+    assert svc.collector.ledger.of("job")["2[1].vm"].state in TERMINAL  # still listed (X)
     drain(r, SITE)
     calls = len(qstat_calls(log))
     jobobit(tmp_path, redis_server, "30-array-running", "2[1].vm")

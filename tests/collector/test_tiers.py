@@ -174,7 +174,7 @@ def test_a_failed_probe_or_targeted_stat_changes_nothing_and_finalises_nothing(r
     col.run_cycle()
     drain(r, SITE)
     before = r.xlen(K.events)
-    since, seen = col.plan.since, dict(col.tracker.of("job"))
+    since, seen = col.plan.since, dict(col.ledger.of("job"))
     ended = sum(sim.stats[state] for state in ("completed", "failed", "cancelled"))
     for _ in range(40):  # jobs start, get held... until one has ended too
         sim.advance(15)
@@ -185,7 +185,7 @@ def test_a_failed_probe_or_targeted_stat_changes_nothing_and_finalises_nothing(r
         col.run_cycle()
     drain(r, SITE)
     assert r.xlen(K.events) == before
-    assert col.plan.since == since and col.tracker.of("job") == seen
+    assert col.plan.since == since and col.ledger.of("job") == seen
     rep = col.run_cycle()
     drain(r, SITE)
     assert rep.tier == PROBE and rep.counts["changed"] > 0

@@ -7,7 +7,7 @@ import pytest
 
 import jobtap
 from jobtap import credentials
-from jobtap.connection import resolve, safe_url
+from jobtap.urls import resolve, safe_url
 
 
 @pytest.fixture

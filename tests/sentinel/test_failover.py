@@ -18,9 +18,9 @@ import time
 import pytest
 import redis
 
-from jobtap.connection import wait_replicas
 from jobtap.contract.epoch import EpochGuard
 from jobtap.keys import SiteKeys
+from jobtap.sentinel import wait_replicas
 from sim.rig.pipeline import site_events
 from sim.rig.wait import eventually
 from tests.support.multisite import (

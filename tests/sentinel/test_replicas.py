@@ -9,8 +9,8 @@ import pytest
 
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
-from jobtap.connection import set_wait_replicas, wait_replicas
 from jobtap.keys import SiteKeys
+from jobtap.sentinel import set_wait_replicas, wait_replicas
 from jobtap.sim import SimBackend
 from jobtap.workers.service import run_worker
 from sim.rig.pipeline import check_against_truth, site_events

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobtap.connection import (
-    SENTINEL_FORM,
-    is_sentinel,
-    parse_sentinel_url,
-    redis_from_url,
-    safe_url,
-    sentinel_service,
-)
+from jobtap.connection import redis_from_url
 from jobtap.errors import ConfigError
+from jobtap.sentinel import SENTINEL_FORM, is_sentinel, parse_sentinel_url, sentinel_service
+from jobtap.urls import safe_url
 
 
 def test_the_parts_of_a_sentinel_url(tmp_path):

@@ -148,11 +148,11 @@ def test_conflicting_writer_is_detected_and_retried(r):
     a.apply(chunk(1, [up(job())]))
     # A plan computed against version 1 ...
     c2 = chunk(2, [up(job(comment="x"))])
-    target = a.targets.for_site(K)
-    plan = a._plan(K, c2, a._read(target, K, c2))
+    dest = a.destinations.for_site(K)
+    plan = a._plan(K, c2, a._read(dest, K, c2))
     # ... while another worker applies cycle 3 first.
     a.apply(chunk(3, [up(job(comment="y"))]))
-    reply = a._run(target, K, chunk(2, []), plan)
+    reply = a._run(dest, K, chunk(2, []), plan)
     assert reply[0] == b"conflict"
     # the real path re-reads and then skips the now-older cycle 2
     a.apply(chunk(2, [up(job(comment="x"))]))
@@ -166,11 +166,11 @@ def test_a_newer_cycle_noted_meanwhile_is_a_conflict(r):
     a = Applier(r)
     a.apply(chunk(1, [up(job())]))
     c2 = chunk(2, [up(job(comment="x"))])
-    target = a.targets.for_site(K)
-    plan = a._plan(K, c2, a._read(target, K, c2))
+    dest = a.destinations.for_site(K)
+    plan = a._plan(K, c2, a._read(dest, K, c2))
     a.apply(chunk(3, [up(job())]))  # same record: the cycle is noted, nothing else
     assert r.hget(K.job("alice", "1.pbs"), "version") == b"1"
-    assert a._run(target, K, chunk(2, []), plan)[0] == b"conflict"
+    assert a._run(dest, K, chunk(2, []), plan)[0] == b"conflict"
     a.apply(c2)  # the real path re-reads, and cycle 2 is now older: skipped
     assert [e["version"] for e in events(r)] == [1]
     assert r.hget(K.job("alice", "1.pbs"), "comment") in (b"", None)

@@ -183,11 +183,11 @@ def test_a_batch_made_for_an_old_epoch_is_not_written(r):
     a = Applier(r)
     a.apply(chunk(1, [job()]))
     c2 = chunk(2, [job(comment="x")])
-    target = a.targets.for_site(K)
-    plan = a._plan(K, c2, a._read(target, K, c2))  # events made for the current epoch ...
+    dest = a.destinations.for_site(K)
+    plan = a._plan(K, c2, a._read(dest, K, c2))  # events made for the current epoch ...
     r.hdel(K.meta, "epoch")  # ... which Redis then loses
     before = r.xlen(K.events)
-    reply = a._run(target, K, chunk(2, []), plan)
+    reply = a._run(dest, K, chunk(2, []), plan)
     assert reply[0] == b"epoch" and reply[1].decode() == meta(r)["epoch"]
     assert r.xlen(K.events) == before  # nothing written
     a.apply(c2)  # the real path makes the events again for the new epoch

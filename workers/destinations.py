@@ -5,7 +5,7 @@ Cluster the primary that holds the site's slot (every key of a site shares
 The apply step pipelines its scripts on one connection, so it talks to that
 node directly, through the node client redis-py's cluster client keeps.  After
 a failover or a slot move the cluster client's map is refreshed
-(:meth:`Targets.refresh`) and the chunk is applied again from the start: the
+(:meth:`Destinations.refresh`) and the chunk is applied again from the start: the
 batches already written are skipped by their cycle check.
 """
 
@@ -47,7 +47,7 @@ def twin(r: redis.Redis, **overrides: object) -> redis.Redis:
 
 
 @dataclass
-class Target:
+class Destination:
     """One server the apply step writes to.
 
     ``writer`` sends the scripts (one pipelined connection per chunk);
@@ -83,41 +83,41 @@ class Target:
         )
 
 
-class Targets:
-    """The target of each site: the one Redis, or the node that holds it."""
+class Destinations:
+    """The destination of each site: the one Redis, or the node that holds it."""
 
     def __init__(self, r: AnyRedis, script: str):
         self.redis = r
         self.text = script
         self.cluster = isinstance(r, RedisCluster)
-        self._by_node: dict[str, Target] = {}
-        self._plain: Target | None = None
+        self._by_node: dict[str, Destination] = {}
+        self._plain: Destination | None = None
         if not self.cluster:
             self._plain = self._make(r)
 
-    def _make(self, writer: redis.Redis, replicas: int = 0, address: str = "") -> Target:
+    def _make(self, writer: redis.Redis, replicas: int = 0, address: str = "") -> Destination:
         writer.script_load(self.text)  # batches are sent by sha without waiting for a reply
-        return Target(writer, twin(writer, decode_responses=True),
+        return Destination(writer, twin(writer, decode_responses=True),
                       writer.register_script(self.text), replicas, address)  # fmt: skip
 
-    def for_site(self, keys: SiteKeys) -> Target:
+    def for_site(self, keys: SiteKeys) -> Destination:
         if self._plain is not None:
             return self._plain
         rc = self.redis
         assert isinstance(rc, RedisCluster)
         node = rc.get_node_from_key(keys.events)
-        target = self._by_node.get(node.name)
-        if target is None:
+        dest = self._by_node.get(node.name)
+        if dest is None:
             slot = rc.keyslot(keys.events)
             replicas = len(rc.nodes_manager.slots_cache.get(slot, [node])) - 1
             writer = rc.get_redis_connection(node)
-            target = self._by_node[node.name] = self._make(writer, replicas, node.name)
-        return target
+            dest = self._by_node[node.name] = self._make(writer, replicas, node.name)
+        return dest
 
     def refresh(self) -> None:
         """Forget the nodes and ask the cluster again who holds which slot."""
         assert isinstance(self.redis, RedisCluster)
-        for target in self._by_node.values():
-            target.close()
+        for dest in self._by_node.values():
+            dest.close()
         self._by_node.clear()
         self.redis.nodes_manager.initialize()

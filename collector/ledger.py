@@ -32,7 +32,9 @@ def decode_seen(raw: str) -> Seen:
 
 
 @dataclass
-class Tracker:
+class Ledger:
+    """What the collector has shipped: each object's :class:`Seen`, by kind and id."""
+
     objects: dict[str, dict[str, Seen]] = field(default_factory=lambda: {k: {} for k in KINDS})
 
     def of(self, kind: str) -> dict[str, Seen]:
@@ -42,13 +44,13 @@ class Tracker:
         return len(self.objects[kind])
 
     @classmethod
-    def load(cls, r: redis.Redis, keys: SiteKeys) -> Tracker:
+    def load(cls, r: redis.Redis, keys: SiteKeys) -> Ledger:
         """Rebuild from the fingerprints the workers stored."""
-        tracker = cls()
+        ledger = cls()
         for name, raw in r.hscan_iter(keys.fingerprints, count=5000):
             name = name.decode() if isinstance(name, bytes) else name
             raw = raw.decode() if isinstance(raw, bytes) else raw
             kind, _, oid = name.partition(":")
-            if kind in tracker.objects and oid:
-                tracker.objects[kind][oid] = decode_seen(raw)
-        return tracker
+            if kind in ledger.objects and oid:
+                ledger.objects[kind][oid] = decode_seen(raw)
+        return ledger
