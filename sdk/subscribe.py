@@ -77,6 +77,22 @@ class Subscription:
         return self._feed.resyncs
 
     @property
+    def caught_up_by_state(self) -> int:
+        """How many of those resyncs caught up by state (it was too far behind, or
+        cut off): one change per object that moved, with :attr:`Change.missed`."""
+        return self._feed.state_resyncs
+
+    @property
+    def skipped(self) -> int:
+        """How many events it dropped from its queue to catch up by state instead."""
+        return self._feed.skipped
+
+    @property
+    def queue_peak(self) -> int:
+        """The most changes that waited at once for its callback."""
+        return self._feed.queue_peak
+
+    @property
     def delivered(self) -> int:
         """How many changes its callback was given."""
         return self._feed.delivered
