@@ -171,15 +171,18 @@ def plan_state(
     rest.  Objects whose record is gone, and objects seen across two epochs, are
     planned as :func:`plan_object` does (rare, and there the events are all there is)."""
     delivered_epoch, last = versions.epoch(prefix), versions.last(prefix)
-    if record is None or ref is None or versions.removed(prefix):
+    epoch = str(record.get("epoch") or "") if record is not None else ""
+    if (
+        record is None
+        or ref is None
+        or versions.removed(prefix)
+        or any(e.epoch != epoch for e in missed)
+        or delivered_epoch not in (None, epoch)
+    ):
         return _summarised(plan_object(
             versions, site, prefix, record=record, missed=missed, ref=ref, named=named
         ))  # fmt: skip
-    epoch, version = str(record.get("epoch") or ""), int(record.get("version") or 0)
-    if any(e.epoch != epoch for e in missed) or delivered_epoch not in (None, epoch):
-        return _summarised(plan_object(
-            versions, site, prefix, record=record, missed=missed, ref=ref, named=named
-        ))  # fmt: skip
+    version = int(record.get("version") or 0)
     base = last or 0
     skipped = [e for e in missed if e.version > base]
     newest = skipped[-1] if skipped else None
