@@ -17,6 +17,20 @@ streams backwards for the events missed since the last processed one (see
 delivered as one ``resync`` change built from the hash (:mod:`jobtap.catchup`).  A
 job whose hash expired meanwhile is looked up in the streams, so its ``final`` is
 never missed.
+
+A subscription too far behind is not replayed event by event: it *catches up by
+state* (:mod:`jobtap.dispatcher` has the bound, ``Client(max_lag=2.0,
+queue_limit=10_000)``).  The client reads messages into each subscription's queue
+and calls back from it between reads; a subscription whose oldest queued event was
+read more than ``max_lag`` seconds ago, whose queue passes ``queue_limit`` events,
+whose catch-up after a gap finds more than ``queue_limit`` missed events or missed
+events more than ``max_lag`` seconds older than its stream's newest entry (stream
+ids are the Redis server's clock), or whose connection Redis closed while still
+running (the output-buffer limit) drops its queue, reads its objects' records in
+one pipelined read and its streams' missed events, and is called once per object
+that moved, finals first (:func:`jobtap.catchup.plan_state`), each change carrying
+:attr:`Change.missed`.  Later events continue from the versions delivered: nothing
+comes twice.  ``max_lag=None``: no queue, every missed event replayed.
 """
 
 from __future__ import annotations
