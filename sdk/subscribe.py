@@ -23,11 +23,10 @@ state* (:mod:`jobtap.dispatcher` has the bound, ``Client(max_lag=2.0,
 queue_limit=10_000)``).  The client reads messages into each subscription's queue
 and calls back from it between reads; a subscription whose oldest queued event was
 read more than ``max_lag`` seconds ago, whose queue passes ``queue_limit`` events,
-whose catch-up after a gap finds more than ``queue_limit`` missed events or missed
-events more than ``max_lag`` seconds older than its stream's newest entry (stream
-ids are the Redis server's clock), or whose connection Redis closed while still
-running (the output-buffer limit) drops its queue, reads its objects' records in
-one pipelined read and its streams' missed events, and is called once per object
+whose catch-up after a gap finds more than ``queue_limit`` missed events, or
+whose connection Redis closed while still running (the output-buffer limit)
+drops its queue, reads its objects' records in one pipelined read and its
+streams' missed events, and is called once per object
 that moved, finals first (:func:`jobtap.catchup.plan_state`), each change carrying
 :attr:`Change.missed`.  Later events continue from the versions delivered: nothing
 comes twice.  ``max_lag=None``: no queue, every missed event replayed.
