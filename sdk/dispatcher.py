@@ -17,9 +17,8 @@ subscription whose oldest queued message was read more than ``max_lag`` seconds
 ago, or whose queue passes ``queue_limit`` messages, drops its queue and catches
 up by state (:func:`jobtap.catchup.plan_state`); so does one whose catch-up after
 a gap finds more than ``queue_limit`` events missed, or that Redis cut off.
-Without a bound
-(``max_lag=None``) callbacks run as messages are read, and every missed event is
-replayed: the behaviour before the bound existed.
+Without a bound (``max_lag=None``) callbacks run as messages are read, and every
+missed event is replayed: the behaviour before the bound existed.
 """
 
 from __future__ import annotations
