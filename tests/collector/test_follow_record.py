@@ -15,7 +15,7 @@ import time
 import pytest
 
 from jobtap.collector.cycle import Collector
-from jobtap.collector.follow.pokes import PokeReader
+from jobtap.collector.follow.pokes import PokeReader, poke
 from jobtap.collector.service import CollectorService
 from jobtap.keys import POKES_MAXLEN, SiteKeys
 from jobtap.schema import TERMINAL
@@ -96,6 +96,28 @@ def test_a_final_from_the_hooks_record_needs_no_qstat(tmp_path, monkeypatch, r, 
     assert captured(stage, job_id)["substate"] == substate
 
 
+def test_a_record_less_poke_after_a_final_from_a_record_is_not_read(
+    tmp_path, monkeypatch, r, redis_server
+):
+    """Slurm's completion record can come before the epilog's record-less poke:
+    once a job's final went out from a carried record, a later poke of it asks
+    the scheduler nothing (a read could ship nothing: a final is the last)."""
+    fake = FakePBS(tmp_path, FIXTURES, monkeypatch)
+    log = tmp_path / "calls.jsonl"
+    fake.set("10-busy", log=str(log))
+    svc = service(fake, r)
+    fake.set("40-drained", log=str(log))
+    jobobit(tmp_path, redis_server, "40-drained", "3.vm")
+    svc.follower.pokes.read(block_ms=1000)
+    assert svc.follower.serve_pokes()
+    before = len(qstat_calls(log))
+    poke(r, K, ["3.vm"], ended=True)
+    assert svc.follower.pokes.read(block_ms=1000) == 1
+    report = svc.collector.refresh(svc.follower.pokes.take(10))
+    assert report.counts == {"poked_after_carried_final": 1}
+    assert len(qstat_calls(log)) == before
+
+
 def test_the_fingerprint_agrees_with_the_listing(tmp_path, monkeypatch, r, redis_server):
     """A subjob of a running array stays in the live listing (X): the
     reconciliation compares its fingerprint with the one the hook's record
@@ -117,8 +139,10 @@ def test_a_later_listing_that_differs_does_not_ship_the_job_again(
     tmp_path, monkeypatch, r, redis_server
 ):
     """The last subjob of an array: the hook sees it X, but the server turns
-    every subjob F when the array ends, in the same second.  The record the
-    listing prints then is not the hook's; the final is not shipped twice."""
+    every subjob F when the array ends, in the same second.  The record
+    ``qstat -x`` prints then is not the hook's; the job is not read again
+    after its final (a later poke, a reconciliation) and the final is not
+    shipped twice."""
     fake = FakePBS(tmp_path, FIXTURES, monkeypatch)
     log = tmp_path / "calls.jsonl"
     fake.set("30-array-running", log=str(log))
@@ -134,9 +158,11 @@ def test_a_later_listing_that_differs_does_not_ship_the_job_again(
     drain(r, SITE)
     finals = [e for e in site_events(r, SITE) if e["object_id"] == "2[4].vm"]
     assert [e["type"] for e in finals][-1] == "final"
-    again = svc.collector.refresh(["2[4].vm"])  # a record-less poke: qstat -x prints it F
-    assert any("2[4].vm" in args for args in qstat_calls(log))
-    assert again.counts["changed"] == 0 and again.counts["poked_final_unchanged"] == 1
+    calls = len(qstat_calls(log))
+    again = svc.collector.refresh(["2[4].vm"])  # a record-less poke: nothing is read
+    assert again.counts == {"poked_after_carried_final": 1} and len(qstat_calls(log)) == calls
+    svc.collector.run_cycle(tier="reconcile")  # neither listed nor looked up again
+    assert not any("2[4].vm" in args for args in qstat_calls(log)[calls:])
     drain(r, SITE)
     assert [e for e in site_events(r, SITE) if e["object_id"] == "2[4].vm"] == finals
 
