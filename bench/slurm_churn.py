@@ -87,6 +87,8 @@ class Phase:
     latencies: list[float] = field(default_factory=list)
     slowest: list[tuple[float, str]] = field(default_factory=list)  # (latency, job), worst first
     missing: int = 0
+    missing_ids: list[str] = field(default_factory=list)
+    caught_up_by_state: int = 0  # the subscriber's catch-ups by state (it fell behind)
     meta: dict[str, str] = field(default_factory=dict)
     # Per job: its completion record's poke time less the epilog's poke time
     # (negative: the record came first), from the poke stream's entry ids.
@@ -209,7 +211,7 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
                     raise SystemExit(f"the worker did not apply the first cycle; see {workdir}")
                 time.sleep(0.2)
             client = jobtap.Client(server.url, site=SITE)
-            client.subscribe(on_change, user="root", initial=False)
+            sub = client.subscribe(on_change, user="root", initial=False)
             sh("sdiag", "--reset")
             t0 = time.monotonic()
             with Workload(level, args, workdir / "follow") as work:
@@ -218,6 +220,11 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
                 phase.seconds = time.monotonic() - t0
             with got:  # the last jobs' finals, for their latency (not measured in sdiag)
                 got.wait_for(lambda: set(work.ends) <= set(finals), timeout=90)
+            phase.caught_up_by_state = sub.caught_up_by_state
+            # What Redis holds of the jobs whose final no callback carried.
+            for job in set(work.ends) - set(finals):
+                state = r.hget(keys.job("root", job), "state")
+                print(f"  no final callback for {job}: its hash says {state!r}", flush=True)
             phase.meta = {k.decode(): v.decode() for k, v in r.hgetall(keys.meta).items()}
             phase.record_gaps = record_gaps(r.xrange(keys.pokes))
     finally:
@@ -232,6 +239,7 @@ def run_follow(level: str, args: argparse.Namespace, workdir: Path) -> Phase:
     for job, path in work.ends.items():
         if job not in finals or not path.exists():
             phase.missing += 1
+            phase.missing_ids.append(f"{job}{'' if path.exists() else ' (never ended)'}")
             continue
         phase.latencies.append(finals[job] - float(path.read_text()))
         phase.slowest.append((phase.latencies[-1], job))
@@ -332,7 +340,7 @@ def section(args: argparse.Namespace, runs: dict[str, tuple[Phase, Phase]], argv
         f" workload in both columns (each job `sleep 1` then writes its end time; in the"
         f" burst, no sleep). The follow column is the collector's defaults with `--follow`"
         f" (pushed plan, reconciliation every 60 s, the slurmctld hook poking each start and"
-        f" end, the read budget of `collector/plan.py`: at most one listing's worth per"
+        f" end, the read budget of `collector/follow/budget.py`: at most one listing's worth per"
         f" interval, learnt from `sdiag`), with a worker and an SDK subscriber; end to"
         f" callback is from each job's own end stamp to the callback carrying its final.",
         "",
@@ -386,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(f"{job} {lat * 1000:.0f} ms" for lat, job in follow.slowest),
                     flush=True,
                 )
+                if follow.missing_ids or follow.caught_up_by_state:
+                    print(
+                        f"  missing: {', '.join(follow.missing_ids) or 'none'}; the subscriber"
+                        f" caught up by state {follow.caught_up_by_state} times",
+                        flush=True,
+                    )
                 gaps = follow.record_gaps
                 if gaps:
                     print(
