@@ -353,6 +353,10 @@ class CollectorService:
         except redis.RedisError as exc:
             self.failed(f"redis: {exc}", time.perf_counter() - t0)
             return False
+        except Exception as exc:  # a bug must not stop the site's one collector
+            log.exception("cycle failed unexpectedly")
+            self.failed(f"unexpected {type(exc).__name__}: {exc}", time.perf_counter() - t0)
+            return False
         try:
             self.succeeded(report, time.perf_counter() - t0)
         except LeaseLost as exc:

@@ -270,14 +270,10 @@ class Follower:
             log.warning("refresh of %d poked jobs dropped: %s", len(ids), exc)
             return False
         except (CycleFailed, redis.RedisError) as exc:
-            log.warning("refresh of %d poked jobs failed: %s", len(ids), exc)
-            if self.metrics is not None:
-                self.metrics.cycle_failed(str(exc), REFRESH)
-            try:
-                self.lease.guarded().hincrby(self.keys.meta, meta.REFRESHES_FAILED, 1).execute()
-            except (redis.RedisError, LeaseLost):
-                pass
-            return False
+            return self._refresh_failed(ids, str(exc))
+        except Exception as exc:  # a bug must not stop follow mode: later pokes, cycles go on
+            log.exception("refresh of %d poked jobs failed unexpectedly", len(ids))
+            return self._refresh_failed(ids, f"unexpected {type(exc).__name__}: {exc}")
         if self.metrics is not None:
             self.metrics.cycle_done(report, time.perf_counter() - t0, REFRESH)
         try:
@@ -298,6 +294,17 @@ class Follower:
             " ..." if len(ids) > 20 else "", extra={"fields": {**report.counts, **report.timings}},
         )  # fmt: skip
         return True
+
+    def _refresh_failed(self, ids: list[str], message: str) -> bool:
+        """A refresh failed: said in the log, the metrics and ``meta``; False."""
+        log.warning("refresh of %d poked jobs failed: %s", len(ids), message)
+        if self.metrics is not None:
+            self.metrics.cycle_failed(message, REFRESH)
+        try:
+            self.lease.guarded().hincrby(self.keys.meta, meta.REFRESHES_FAILED, 1).execute()
+        except (redis.RedisError, LeaseLost):
+            pass
+        return False
 
     # -- beside a cycle ------------------------------------------------------------------
     def during(self, work: Callable[[], _T]) -> _T:

@@ -127,3 +127,23 @@ def test_a_slurmrestd_that_refuses_to_run_here_makes_single_reads_listings(tmp_p
     paths = backend.describe()["scheduler_paths"]
     assert "slurmrestd unusable: fatal: SLURMRESTD_SECURITY=disable_user_check" in paths
     assert backend.describe()["scheduler"] == "Slurm 25.11.7, JSON v0.0.44"
+
+
+def test_single_reads_never_change_the_jobs_a_cycle_iterates(tmp_path):
+    """Follow mode reads poked jobs one by one beside a cycle, and the cycle
+    iterates the last listing's jobs to count them per partition and node: an
+    update in place raised "dictionary changed size during iteration" in the
+    cycle and stopped the collector (bench.slurm_churn on 24.11).  A single read
+    now replaces what the backend holds, leaving the dict being iterated as it was."""
+    squeue = tmp_path / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat {fixtures_dir() / 'slurm' / 'squeue-mixed.json'}\n")
+    squeue.chmod(0o755)
+    backend = SlurmBackend(squeue=str(squeue), slurmrestd=str(tmp_path / "no-slurmrestd"),
+                           sacct=str(tmp_path / "no-sacct"))  # fmt: skip
+    listed = backend.stat_jobs()
+    iterated = backend._last_jobs
+    assert iterated is not None
+    held = dict(iterated)
+    backend.stat_some(sorted(listed)[:2])
+    assert iterated == held and backend._last_jobs is not iterated
+    assert backend._last_jobs == {**held, **{j: listed[j] for j in sorted(listed)[:2]}}

@@ -344,3 +344,30 @@ def test_beside_a_listing_pokes_wait_when_reading_them_costs_more(r):
         cycle.join(60)
     assert not cycle.is_alive() and scheduler.read == []
     assert list(svc.follower.pokes.pending) == many  # served by the loop between cycles, not here
+
+
+def test_a_refresh_that_fails_unexpectedly_is_counted_and_the_next_one_runs(r):
+    """A bug in reading poked jobs (what no stat raises) fails that refresh,
+    counted in meta, and does not stop follow mode: the next poke is served."""
+
+    class Buggy(SimBackend):
+        broken = True
+
+        def stat_some(self, job_ids):
+            if self.broken:
+                self.broken = False
+                raise RuntimeError("dictionary changed size during iteration")
+            return super().stat_some(job_ids)
+
+    svc = CollectorService(Collector(Buggy(jobs=20, nodes=4, tick=30), r, site=SITE),
+                           interval=3600, follow=True)  # fmt: skip
+    svc.follower.pokes = PokeReader(r, K)
+    assert svc.run_one()
+    job = sorted(svc.collector.ledger.of("job"))[0]
+    poke(r, K, [job])
+    assert svc.follower.pokes.read(block_ms=1000) == 1
+    assert not svc.follower.serve_pokes()
+    assert r.hget(K.meta, "refreshes_failed") == b"1"
+    poke(r, K, [job])
+    assert svc.follower.pokes.read(block_ms=1000) == 1
+    assert svc.follower.serve_pokes()

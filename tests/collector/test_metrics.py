@@ -200,3 +200,24 @@ def test_the_sdk_loads_no_metrics_or_terminal_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_cycle_that_fails_unexpectedly_is_a_failed_cycle_not_a_dead_collector(r):
+    """A bug in a cycle (a backend raising what no stat raises) fails that cycle,
+    said in meta like any failure; the collector runs the next one."""
+
+    class Buggy(SimBackend):
+        broken = True
+
+        def stat_jobs(self):
+            if self.broken:
+                self.broken = False
+                raise RuntimeError("dictionary changed size during iteration")
+            return super().stat_jobs()
+
+    svc = CollectorService(Collector(Buggy(seed=3), r, site=SITE), interval=0.1)
+    assert not svc.run_one()
+    m = meta(r, SITE)
+    assert m["status"] == "failing"
+    assert m["last_error"] == "unexpected RuntimeError: dictionary changed size during iteration"
+    assert svc.run_one() and meta(r, SITE)["status"] == "ok"

@@ -145,6 +145,9 @@ class SlurmBackend(CommandBackend):
         self.history_batch = int(history_batch)
         self.drop_volatile = bool(drop_volatile)
         self._last_jobs: dict[str, Native] | None = None
+        # Replaced, never changed in place: follow mode's single reads (stat_some) run
+        # beside a cycle that iterates it (stat_queues, stat_nodes).  The last listing's
+        # records, with what single reads found since.
         self._format: Format | None = None  # what this Slurm writes (versions.py)
         self._release: str | None = None  # "24.11.5", from squeue's meta
         self._rest_unavailable: str | None = None  # why slurmrestd is not used
@@ -229,8 +232,8 @@ class SlurmBackend(CommandBackend):
             return {}
         live = self._live_records(list(wanted))
         found = {job_id: live[job_id] for job_id in wanted if job_id in live}
-        if self._last_jobs is not None:
-            self._last_jobs.update(found)
+        if self._last_jobs is not None:  # a new dict: a cycle may be iterating the old one
+            self._last_jobs = {**self._last_jobs, **found}
         gone = [job_id for job_id in wanted if job_id not in live]
         if gone:
             try:
