@@ -450,7 +450,7 @@ class Collector:
         if late:  # their final went out (a read found the end first): nothing to add
             ids = [j for j in ids if j not in late]
             report.add("poked_record_after_final", len(late))
-        done = [j for j in ids if j not in given and j in self.poked_finals]
+        done = {j for j in ids if j not in given and j in self.poked_finals}
         if done:  # their final went out from a carried record: a read could ship nothing
             ids = [j for j in ids if j not in done]
             report.add("poked_after_carried_final", len(done))

@@ -26,9 +26,6 @@ from tests.support.release import CHECKOUT_ONLY
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("collector", "workers", "sdk", "cli", "acl", "sim", "integrations")
-# The rig and the stand-ins are the tests' tools, not stages: like tests/, they
-# may spell what they check (tests/support/release.py:CHECKOUT_ONLY).
-NOT_STAGES = CHECKOUT_ONLY
 META_OWNER = "sdk/contract/meta.py"
 KEYS_OWNER = "sdk/contract/keys.py"
 
@@ -81,7 +78,9 @@ _LUA_STRING = re.compile(r"""'([^'\n]*)'|"([^"\n]*)\"""")
 def sources(suffix: str) -> Iterator[Path]:
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob(f"*{suffix}")):
-            if not rel(path).startswith(NOT_STAGES):
+            # The rig and the stand-ins (CHECKOUT_ONLY) are the tests' tools, not
+            # stages: like tests/, they may spell what they check.
+            if not rel(path).startswith(CHECKOUT_ONLY):
                 yield path
 
 

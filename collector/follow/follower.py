@@ -226,7 +226,8 @@ class Follower:
             return self._asking(ids)
         quick = self.reads.at_hand(ids)
         if quick and len(quick) < len(ids):
-            rest = [j for j in ids if j not in set(quick)]
+            at_hand = set(quick)
+            rest = [j for j in ids if j not in at_hand]
             return self.refresh_now(quick) & self.refresh_now(rest)
         return self.refresh_now(ids)
 
