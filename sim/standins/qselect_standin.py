@@ -31,7 +31,10 @@ changed at its end once that has passed (else at its submission); for the
 others each call compares the job's record with the one it saw last (kept in a
 state file beside the control file, ``.qselect``), and a record that differs,
 or a job it has not seen, changed when the control file was last written (the
-moment the test changed the server).
+moment the test changed the server), or at the record's own ``mtime`` if that is
+later: the one-host server of ``pbs_server.py`` keeps a true ``mtime`` for the
+jobs it runs and never rewrites the control file, so a job that ended after the
+test set the server up changed when its record says, as real qselect has it.
 """
 
 from __future__ import annotations
@@ -107,10 +110,22 @@ def mtimes(control: dict, jobs: dict) -> dict[str, float]:
             continue
         digest = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
         seen = known.get(job_id)
-        out[job_id] = seen[1] if seen and seen[0] == digest else written
+        if seen and seen[0] == digest:
+            out[job_id] = seen[1]
+        else:
+            out[job_id] = max(written, record_mtime(record, control.get("tz", "UTC")))
         known[job_id] = [digest, out[job_id]]
     path.write_text(json.dumps(known))
     return out
+
+
+def record_mtime(record: dict, tz: str) -> float:
+    """The record's ``mtime`` as qstat prints it (``ctime()`` form), or 0."""
+    try:
+        moment = datetime.strptime(record["mtime"], "%a %b %d %H:%M:%S %Y")
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return moment.replace(tzinfo=ZoneInfo(tz)).timestamp()
 
 
 def order(job_id: str) -> tuple[int, int]:
