@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # for type checkers: `X as X` marks each name as exported
     from .events import UPDATE as UPDATE
     from .records import Change as Change
     from .records import Job as Job
+    from .records import Missed as Missed
     from .records import Node as Node
     from .records import Queue as Queue
     from .records import Record as Record
@@ -61,7 +62,7 @@ _HOMES = {
     ".client": ("Client",),
     ".subscribe": ("Subscription",),
     ".stream": ("EventStream",),
-    ".records": ("Change", "Job", "Node", "Queue", "Record"),
+    ".records": ("Change", "Job", "Missed", "Node", "Queue", "Record"),
     ".credentials": ("Credentials",),
     # change types (Change.type), job states
     ".events": ("NEW", "STATE", "UPDATE", "FINAL", "REMOVED", "INITIAL", "RESYNC", "CHANGE_TYPES"),

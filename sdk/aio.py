@@ -213,6 +213,8 @@ class Client:
         sites: Mapping[str, Any] | None = None,
         timeout: float = 10.0,
         backoff: tuple[float, float] = (0.05, 5.0),
+        max_lag: float | None = 2.0,
+        queue_limit: int = 10_000,
     ):
         self._client = SyncClient(
             redis_url,
@@ -223,6 +225,8 @@ class Client:
             sites=sites,
             timeout=timeout,
             backoff=backoff,
+            max_lag=max_lag,
+            queue_limit=queue_limit,
         )
 
     @property

@@ -15,6 +15,11 @@ object, :func:`plan_object` then chooses:
   mentions: a ``removed`` change (its hash expired, or it was deleted).  After
   Redis lost data the dispatcher awaits such objects instead (version 0), so
   nothing is said about them until the collector writes them again.
+
+A subscription too far behind (see :mod:`jobtap.subscribe`: cut off by Redis, or
+behind by more than its bound) catches up *by state* instead: per object,
+:func:`plan_state` gives at most one change, the object's current state, with a
+summary of what it stands for (:class:`~jobtap.records.Missed`); finals first.
 """
 
 from __future__ import annotations
@@ -26,13 +31,17 @@ from typing import Any
 from .backfill import Entry, parse_sid
 from .cache import Ref
 from .events import FINAL, REMOVED, RESYNC
-from .records import Change
+from .records import Change, Missed
 from .schema import JOB
 from .sequence import VersionSequence
 
 StreamPos = tuple[int, int]
 LATE: StreamPos = (1 << 62, 0)
 """The place of changes made from a record: after every stream event."""
+FIRST: StreamPos = (0, 0)
+"""The place of a final in a catch-up by state: before anything else."""
+STATE_MOVED: StreamPos = (0, 1)
+"""The place of a change of state in a catch-up by state: after the finals."""
 
 
 @dataclass(frozen=True)
@@ -143,3 +152,81 @@ def plan_object(
         change = Change.synthesize(REMOVED, ref.kind, site, gone, final=ref.kind == JOB)
         out.append(Planned(LATE, change, prefix, ref))
     return out
+
+
+def plan_state(
+    versions: VersionSequence[Ref],
+    site: str,
+    prefix: str,
+    *,
+    record: dict[str, Any] | None,
+    missed: Sequence[Entry],
+    ref: Ref | None,
+    named: bool,
+) -> list[Planned]:
+    """Catching up by state: at most one change for the object, its current state
+    (a ``resync``; for a job that ended, its ``final`` event when the streams hold
+    it, else a ``resync`` with ``final`` set), with :attr:`Change.missed` set;
+    nothing if it did not move.  Finals go first, then changes of state, then the
+    rest.  Objects whose record is gone, and objects seen across two epochs, are
+    planned as :func:`plan_object` does (rare, and there the events are all there is)."""
+    delivered_epoch, last = versions.epoch(prefix), versions.last(prefix)
+    epoch = str(record.get("epoch") or "") if record is not None else ""
+    if (
+        record is None
+        or ref is None
+        or versions.removed(prefix)
+        or any(e.epoch != epoch for e in missed)
+        or delivered_epoch not in (None, epoch)
+    ):
+        return _summarised(plan_object(
+            versions, site, prefix, record=record, missed=missed, ref=ref, named=named
+        ))  # fmt: skip
+    version = int(record.get("version") or 0)
+    base = last or 0
+    skipped = [e for e in missed if e.version > base]
+    newest = skipped[-1] if skipped else None
+    if newest is not None and newest.version > version:
+        # written after the record was read: the event holds the newer record
+        record = {**newest.event["record"], "epoch": epoch, "version": newest.version}
+        record["final"] = 1 if newest.type == FINAL else 0
+        version = newest.version
+    if version <= base or version <= 0:
+        return []  # nothing moved (or an older record, after a loss: await the news)
+    final = bool(record.get("final"))
+    if last is None and final and not named and not skipped:
+        return []  # finished before this subscription knew it: not news
+    change: Change
+    if final and newest is not None and newest.version == version and newest.type == FINAL:
+        change = Change.from_json(newest.json, stream_id=newest.sid)
+    else:
+        change = Change.synthesize(RESYNC, ref.kind, site, record, final=final)
+    states: list[str] = []
+    fields: set[str] = set()
+    for e in skipped:
+        fields.update(e.event.get("changes") or ())
+        state = (e.event.get("record") or {}).get("state")
+        if state and (not states or states[-1] != state):
+            states.append(str(state))
+    change.missed = Missed(
+        events=version - base,
+        fields=frozenset(fields),
+        states=tuple(states),
+        complete=[e.version for e in skipped] == list(range(base + 1, version + 1)),
+    )
+    if final:
+        position = FIRST
+    elif "state" in fields or not change.missed.complete:
+        position = STATE_MOVED
+    else:
+        position = LATE
+    return [Planned(position, change, prefix, ref)]
+
+
+def _summarised(plan: list[Planned]) -> list[Planned]:
+    """A plan made as after a small gap, in a catch-up by state: if it ends the
+    object, only its final, first (what came before it is skipped)."""
+    for p in plan:
+        if p.change.final:
+            return [Planned(FIRST, p.change, p.prefix, p.ref, p.restart)]
+    return plan

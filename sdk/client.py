@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from .cache import Cache, Ref
 from .connection import Server, Site
-from .dispatcher import Dispatcher
+from .dispatcher import MAX_LAG, QUEUE_LIMIT, Dispatcher
 from .errors import (
     ConfigError,
     JobNotFound,
@@ -64,6 +64,16 @@ class Client:
             ``redis_url``).  ``site`` then picks the default one (else the first).
         timeout: seconds to wait for Redis to confirm a subscription.
         backoff: ``(first, cap)`` seconds between reconnect attempts.
+        max_lag: seconds a subscription's callback may fall behind before it
+            *catches up by state* instead of being given every missed event: it
+            then gets one change per object that moved (finals first), the
+            current record with a summary of what it stands for
+            (:attr:`Change.missed`).  See :mod:`jobtap.subscribe`.  ``None``: no
+            bound, every missed event is replayed (callbacks that must see each
+            event: ``stream()`` is the way for those).
+        queue_limit: events a subscription may have waiting for its callback;
+            past it, it catches up by state too (this bounds the memory a slow
+            callback can make the client hold).
 
     Nothing connects until the first call.  A client is safe to share between
     threads; its callbacks all run on one background thread it starts on the
@@ -81,6 +91,8 @@ class Client:
         sites: Mapping[str, Any] | None = None,
         timeout: float = 10.0,
         backoff: tuple[float, float] = (0.05, 5.0),
+        max_lag: float | None = MAX_LAG,
+        queue_limit: int = QUEUE_LIMIT,
     ):
         configs, default = resolve(
             redis_url,
@@ -92,6 +104,8 @@ class Client:
         )
         self.timeout = timeout
         self.backoff = backoff
+        self.max_lag = max_lag
+        self.queue_limit = queue_limit
         self.site: str = default
         """The default site."""
         by_name = {c.site: c for c in configs}
@@ -235,7 +249,12 @@ class Client:
             if self._closed:
                 raise JobtapError("the client is closed")
             if self._dispatcher is None:
-                self._dispatcher = Dispatcher(self._sites, backoff=self.backoff)
+                self._dispatcher = Dispatcher(
+                    self._sites,
+                    backoff=self.backoff,
+                    max_lag=self.max_lag,
+                    queue_limit=self.queue_limit,
+                )
             return self._dispatcher
 
     def subscribe(

@@ -28,23 +28,12 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
-# `X as X`: sdk/dispatcher.py (being changed on another branch now) still imports
-# TRANSIENT, reconnecting, describe_error, translate_error, is_tls_failure and
-# safe_url from here.  Their homes are jobtap.reconnect, jobtap.redis_errors,
-# jobtap.tls and jobtap.urls; nothing else imports them from here, and the `as`
-# go once dispatcher.py imports them from their homes.
 from .cluster import is_cluster
 from .errors import ConfigError, RedisUnavailable, TLSFailed
 from .keys import SiteKeys
-from .reconnect import TRANSIENT as TRANSIENT
-from .reconnect import reconnecting as reconnecting
-from .redis_errors import describe_error as describe_error
-from .redis_errors import translate_error as translate_error
 from .sentinel import is_sentinel_url, parse_sentinel_url, sentinel_from_url
 from .tls import CONNECT_TIMEOUT, TLS_FILES, TLSConnection, is_tls, tls_problem, tls_retry
-from .tls import is_tls_failure as is_tls_failure
-from .urls import SiteConfig
-from .urls import safe_url as safe_url
+from .urls import SiteConfig, safe_url
 
 AnyRedis = redis.Redis | RedisCluster
 """A client of the data: one Redis, or a Redis Cluster."""

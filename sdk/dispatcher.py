@@ -7,6 +7,18 @@ channels are reference-counted.  It reads messages,
 routes each to the subscriptions (their :class:`~jobtap.feed.Feed`) that want it and
 runs their callbacks, in order, on this thread.  It also takes the snapshots,
 catches up after gaps (:mod:`jobtap.catchup`) and reconnects.
+
+With a bound (``max_lag``, the default), reading and calling back are apart: the
+messages read go to each subscription's queue, and the callbacks run from the
+queues, still in the order the messages arrived, for at most :data:`SLICE`
+seconds between two reads, so a slow callback does not leave its messages in
+Redis' output buffer (where they would get the connection cut).  A
+subscription whose oldest queued message was read more than ``max_lag`` seconds
+ago, or whose queue passes ``queue_limit`` messages, drops its queue and catches
+up by state (:func:`jobtap.catchup.plan_state`); so does one whose catch-up after
+a gap finds more than ``queue_limit`` events missed, or that Redis cut off.
+Without a bound (``max_lag=None``) callbacks run as messages are read, and every
+missed event is replayed: the behaviour before the bound existed.
 """
 
 from __future__ import annotations
@@ -28,22 +40,18 @@ from tenacity import RetryCallState
 
 from .backfill import Entry, Scan, newest_entry, parse_sid, scan_back
 from .cache import Cache, Ref
-from .catchup import Planned, SiteReading, plan_object
-from .connection import (
-    TRANSIENT,
-    Site,
-    describe_error,
-    is_tls_failure,
-    reconnecting,
-    safe_url,
-    translate_error,
-)
+from .catchup import Planned, SiteReading, plan_object, plan_state
+from .connection import Site
 from .errors import JobtapError, RedisUnavailable
 from .feed import Callback, ChannelKey, Feed
 from .link import Link
+from .reconnect import TRANSIENT, reconnecting
 from .records import Change, object_prefix, parse_event_id
+from .redis_errors import describe_error, translate_error
 from .subscribe import Subscription
 from .target import Target
+from .tls import is_tls_failure
+from .urls import safe_url
 
 log = logging.getLogger("jobtap.sdk")
 
@@ -52,6 +60,13 @@ T = TypeVar("T")
 TOPOLOGY_EVERY = 2.0  # seconds between asking whether a cluster site's shard changed
 MESSAGE = ("message", "smessage")
 CONFIRMED = ("subscribe", "ssubscribe")
+MAX_LAG = 2.0
+"""Seconds a subscription's callback may lag behind what was read for it before
+it catches up by state (the default of ``Client(max_lag=...)``)."""
+QUEUE_LIMIT = 10_000
+"""Messages a subscription's queue may hold (the default of ``Client(queue_limit=...)``)."""
+SLICE = 0.02
+"""Seconds of callbacks between two reads of the pub/sub connections."""
 
 
 def _s(value: bytes | str) -> str:
@@ -80,8 +95,15 @@ class Dispatcher:
         *,
         backoff: tuple[float, float] = (0.05, 5.0),
         scan_limit: int = 200_000,
+        max_lag: float | None = MAX_LAG,
+        queue_limit: int = QUEUE_LIMIT,
     ):
         self.sites = sites
+        self.max_lag = max_lag
+        self.queue_limit = queue_limit
+        # whose queue holds the next change to deliver: one entry per change
+        # queued, in arrival order (an entry of a dropped queue does nothing)
+        self._inbox: deque[Feed] = deque()
         self.caches = {name: Cache(site) for name, site in sites.items()}
         self.backoff = backoff
         self.scan_limit = scan_limit
@@ -183,6 +205,7 @@ class Dispatcher:
             try:
                 self._run_commands()
                 self._poll()
+                self._deliver_queued()
                 self._check_topology()
             except _LinkDown as down:
                 self._recover(down.link, down.exc)
@@ -207,7 +230,7 @@ class Dispatcher:
         live = [(link, link.sock()) for link in self.links if link.pubsub is not None]
         socks = [s for _, s in live if s is not None]
         # messages may wait in a parser's buffer, which poll() does not see
-        wait = 0.0 if self._backlog or self._commands else 1.0
+        wait = 0.0 if self._backlog or self._commands or self._inbox else 1.0
         self._backlog = False
         # poll(), not select(): a process with many clients has file descriptors
         # above 1023, which select() refuses (and a refusal here was a busy loop).
@@ -227,6 +250,7 @@ class Dispatcher:
             self._drain(link)
 
     def _drain(self, link: Link, budget: int = 10_000) -> None:
+        started = time.monotonic()
         for _ in range(budget):
             ps = link.pubsub
             if ps is None:
@@ -256,6 +280,9 @@ class Dispatcher:
             self._handle(link, msg)
             if self._stop.is_set():
                 return
+            if self._inbox and time.monotonic() - started > SLICE:
+                self._backlog = True  # a slow read (large messages): call back in between
+                return
         self._backlog = True  # budget spent: come back at once
 
     def _handle(self, link: Link, msg: dict[str, Any]) -> None:
@@ -274,9 +301,19 @@ class Dispatcher:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 log.warning("jobtap: ignoring a malformed event on %s", channel)
                 return
+            if self.max_lag is None:  # no bound: call back as it comes
+                for feed in tuple(feeds):
+                    if feed.active and not feed.offer(event, change, prefix):
+                        self._resync_now(feed)
+                return
+            now = time.monotonic()
             for feed in tuple(feeds):
-                if feed.active and not feed.offer(event, change, prefix):
-                    self._resync_now(feed)
+                if not feed.active:
+                    continue
+                if feed.enqueue(now, event, change, prefix) > self.queue_limit:
+                    self._behind(feed, f"more than {self.queue_limit} events queued")
+                else:
+                    self._inbox.append(feed)
         elif kind in CONFIRMED:
             link.answered(channel)
             link.confirmed.add(channel)
@@ -287,6 +324,29 @@ class Dispatcher:
             # Not asked for: the node gave the channel's slot away (a slot move).
             why = f"{link.where} gave away the slot of {channel}"
             raise _LinkDown(link, _ShardChanged(why))
+
+    def _deliver_queued(self) -> None:
+        """Run queued callbacks, in arrival order, for up to SLICE seconds."""
+        deadline = time.monotonic() + SLICE
+        while self._inbox and not self._commands and not self._stop.is_set():
+            feed = self._inbox.popleft()
+            if not feed.active or not feed.queued:
+                continue  # closed, resynchronising, or its queue was dropped
+            now = time.monotonic()
+            if self.max_lag is not None and feed.lag(now) > self.max_lag:
+                self._behind(feed, f"{feed.lag(now):.1f} s behind")
+            elif not feed.deliver_next():
+                self._resync_now(feed)
+            if time.monotonic() >= deadline:
+                return
+
+    def _behind(self, feed: Feed, why: str) -> None:
+        """``feed`` is too far behind: drop its queue and catch up by state."""
+        dropped = feed.drop_queue()
+        feed.skipped += dropped
+        log.info("jobtap: a subscription is %s: catching up by state", why)
+        feed.by_state = True
+        self._resync_now(feed)
 
     def _check_topology(self) -> None:
         """Every few seconds, ask each cluster link whether its site's shard
@@ -368,6 +428,7 @@ class Dispatcher:
     def remove(self, feed: Feed) -> None:
         """Forget ``feed``, release its channels and end it (dispatcher thread)."""
         feed.stop()
+        feed.drop_queue()
         if feed in self.feeds:
             self.feeds.discard(feed)
             for key in feed.channels:
@@ -452,11 +513,20 @@ class Dispatcher:
         """Deliver what ``feed`` missed: from the streams, else from the records."""
         feed.begin_resync()
         plan: list[Planned] = []
+        by_state = False
         for name, target in feed.targets.items():
-            plan += self._catch_up_site(feed, name, target)
-        feed.deliver_plan(plan)
+            site_plan, site_by_state = self._catch_up_site(feed, name, target)
+            plan += site_plan
+            by_state |= site_by_state
+        feed.by_state = False
+        if by_state:  # in turns, live reading in between, finals first
+            feed.state_resyncs += 1
+            feed.queue_plan(plan)
+            self._inbox.extend([feed] * feed.queued)
+        else:
+            feed.deliver_plan(plan)
 
-    def _catch_up_site(self, feed: Feed, name: str, target: Target) -> list[Planned]:
+    def _catch_up_site(self, feed: Feed, name: str, target: Target) -> tuple[list[Planned], bool]:
         """What ``feed`` missed of one site.  If Redis lost data (seen before the
         reading, or by the scan: a new epoch may begin while it reads), the feed
         first stops taking its finished jobs as boundaries, then reads again, and
@@ -484,9 +554,22 @@ class Dispatcher:
         reading = SiteReading(refs, current, missed)
         if lost:
             feed.await_again(reading.gone())
-        plan = self._plan_site(feed, name, target, reading)
+        by_state = feed.by_state
+        if not by_state and self.max_lag is not None:
+            why = self._too_far(scans)
+            if why:
+                log.info("jobtap: a subscription missed %s: catching up by state", why)
+                by_state = True
+        plan = self._plan_site(feed, name, target, reading, by_state)
         feed.settle_epoch(name)
-        return plan
+        return plan, by_state
+
+    def _too_far(self, scans: dict[str, Scan]) -> str | None:
+        """Whether a catch-up is past the bound: more than ``queue_limit`` missed
+        events.  (Not how long ago they were written: a subscriber away for a
+        failover's few seconds replays what it missed, as a fast one can.)"""
+        count = sum(len(scan.missed) for scan in scans.values())
+        return f"{count} events" if count > self.queue_limit else None
 
     def _lost_data(self, feed: Feed, name: str, target: Target) -> bool:
         """Whether Redis lost data of the site since the feed last looked: a stream
@@ -539,13 +622,14 @@ class Dispatcher:
         return scans
 
     def _plan_site(
-        self, feed: Feed, name: str, target: Target, reading: SiteReading
+        self, feed: Feed, name: str, target: Target, reading: SiteReading, by_state: bool
     ) -> list[Planned]:
         plan: list[Planned] = []
+        planner = plan_state if by_state else plan_object
         for prefix in reading.prefixes():
             if feed.finished(prefix):
                 continue
-            plan += plan_object(
+            plan += planner(
                 feed.versions,
                 name,
                 prefix,
@@ -601,6 +685,11 @@ class Dispatcher:
                 "Redis closed the connection: most likely this client fell behind and hit "
                 "the pub/sub output-buffer limit (callbacks too slow?)"
             )
+            if self.max_lag is not None:  # far behind: catch up by state
+                for key, feeds in self.pending_on.items():
+                    if key[0] is link:
+                        for feed in feeds:
+                            feed.by_state = True
         else:
             cause = "connection lost"
         log.warning(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -90,6 +90,15 @@ class Feed:
         self.error: JobtapError | None = None
         self.resyncs = 0
         self.delivered = 0
+        # What waits for the callback (dispatcher with a bound): a catch-up by
+        # state's changes, then channel events with the time each was read.
+        self._plan: deque[Planned] = deque()
+        self._planned: dict[str, tuple[str, int]] = {}  # prefix -> (epoch, version) queued
+        self._live: deque[tuple[float, Mapping[str, Any], Change, str]] = deque()
+        self.queue_peak = 0
+        self.by_state = False  # the next resync catches up by state
+        self.state_resyncs = 0
+        self.skipped = 0  # channel events dropped from the queue to catch up by state
 
     # -- read by anyone ---------------------------------------------------------------------
     @property
@@ -358,6 +367,64 @@ class Feed:
     def begin_resync(self) -> None:
         self.resyncs += 1
         self._phase = Phase.SYNCING
+        self.drop_queue()  # what it holds is in the streams: the catch-up covers it
+
+    # -- the queue between the pub/sub reader and the callback ---------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self._plan) + len(self._live)
+
+    def enqueue(self, now: float, event: Mapping[str, Any], change: Change, prefix: str) -> int:
+        """A channel event read at ``now``, to deliver in turn; how many channel
+        events wait (a catch-up's changes, at most one per object, not counted).
+        While a catch-up's changes wait, an event they cover is not queued (it
+        was published before the catch-up read the records: it would be old)."""
+        if self._planned or self._plan:
+            planned = self._planned.get(prefix)
+            if planned is not None and planned[0] == change.epoch and change.version <= planned[1]:
+                return len(self._live)
+            step = self._versions.step(prefix, change.version, change.type, change.epoch)
+            if planned is None and step is Step.OLD:
+                return len(self._live)
+        self._live.append((now, event, change, prefix))
+        n = len(self._plan) + len(self._live)
+        if n > self.queue_peak:
+            self.queue_peak = n
+        return len(self._live)
+
+    def lag(self, now: float) -> float:
+        """How long ago the oldest channel event still queued was read (0: none)."""
+        return now - self._live[0][0] if self._live else 0.0
+
+    def drop_queue(self) -> int:
+        """Forget what waits (a catch-up follows); how many channel events that was."""
+        dropped = len(self._live)
+        self._plan.clear()
+        self._planned.clear()
+        self._live.clear()
+        return dropped
+
+    def queue_plan(self, plan: list[Planned]) -> None:
+        """Go live again; the catch-up's changes are delivered in turn, before the
+        channel events that arrive from now on."""
+        self._go_live()
+        self.drop_queue()
+        self._plan.extend(sorted(plan, key=Planned.order))
+        self._planned = {p.prefix: (p.change.epoch, p.change.version) for p in self._plan}
+        self.queue_peak = max(self.queue_peak, len(self._plan))
+
+    def deliver_next(self) -> bool:
+        """Deliver what is first in the queue; False if it was a channel event
+        after a gap (resynchronise)."""
+        if self._plan:
+            item = self._plan.popleft()
+            self._planned.pop(item.prefix, None)
+            self.deliver_planned(item)
+            return True
+        if not self._live:
+            return True
+        _, event, change, prefix = self._live.popleft()
+        return self.offer(event, change, prefix)
 
     @property
     def versions(self) -> VersionSequence[Ref]:
@@ -390,19 +457,22 @@ class Feed:
         for item in sorted(plan, key=Planned.order):
             if self._phase is Phase.ENDED:
                 break
-            if item.prefix in self._finished:
-                continue
-            if item.restart:  # a node or queue that came back: start again from its record
-                self._versions.forget(item.prefix)
-            change = item.change
-            if change.type != RESYNC and (
-                self._versions.step(item.prefix, change.version, change.type, change.epoch)
-                is Step.OLD
-            ):
-                continue
-            self.deliver(change, item.prefix, item.ref)
-            delivered += 1
+            delivered += self.deliver_planned(item)
         log.debug("jobtap: resync delivered %d change(s)", delivered)
+
+    def deliver_planned(self, item: Planned) -> bool:
+        """Deliver one change of a catch-up, unless it is no longer news; True if it was."""
+        if self._phase is Phase.ENDED or item.prefix in self._finished:
+            return False
+        if item.restart:  # a node or queue that came back: start again from its record
+            self._versions.forget(item.prefix)
+        change = item.change
+        if change.type != RESYNC and (
+            self._versions.step(item.prefix, change.version, change.type, change.epoch) is Step.OLD
+        ):
+            return False
+        self.deliver(change, item.prefix, item.ref)
+        return True
 
     def _go_live(self) -> None:
         if self._phase is not Phase.ENDED:  # closed meanwhile: stay closed

@@ -25,7 +25,7 @@ from .events import INITIAL, RESYNC
 from .schema import JOB, NODE, QUEUE, TERMINAL
 from .schema import from_hash as decode_hash
 
-__all__ = ["INITIAL", "RESYNC", "Change", "Job", "Node", "Queue", "Record"]
+__all__ = ["INITIAL", "RESYNC", "Change", "Job", "Missed", "Node", "Queue", "Record"]
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -224,6 +224,27 @@ def natural_key(text: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
 
 
+@dataclass(frozen=True, slots=True)
+class Missed:
+    """What a subscription skipped of one object when it caught up by state
+    (:attr:`Change.missed`): it was too far behind to be given each missed
+    event, so it is given the object's current record once, with this summary.
+
+    ``events``: how many versions it skipped, the one delivered included (the
+    version delivered minus the last one it had, in the same epoch; exact even
+    when the streams no longer hold them).  ``fields``: the names that changed
+    in the skipped events (the keys of their ``changes``), ``states``: the states
+    the object passed through, in order (consecutive repeats folded).  Both come
+    from the events still in the streams: ``complete`` says whether they held
+    every skipped one.
+    """
+
+    events: int
+    fields: frozenset[str]
+    states: tuple[str, ...]
+    complete: bool
+
+
 class Change:
     """One change of one job, node or queue, as delivered to a callback or by a
     stream: the event the workers wrote, decoded lazily.
@@ -241,9 +262,16 @@ class Change:
     event as a dict, the ``jobtap.events.Event`` schema), ``json`` (the same as
     bytes) and ``stream_id`` (the Redis stream entry id, for ``stream(since=...)``;
     ``None`` for pub/sub deliveries).
+
+    ``missed`` (a :class:`Missed`, else ``None``): set on the change a subscription
+    delivers when it catches up *by state* (it was cut off, or too far behind):
+    that change is the object's current record, a ``resync`` (or, for a job that
+    ended, its ``final``), and ``missed`` summarises the events it stands for.
     """
 
-    __slots__ = ("id", "type", "version", "stream_id", "_event", "_json", "_record", "_final")
+    __slots__ = (
+        "id", "type", "version", "stream_id", "missed", "_event", "_json", "_record", "_final",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -260,6 +288,7 @@ class Change:
         self.type = etype
         self.version = version
         self.stream_id = stream_id
+        self.missed: Missed | None = None
         self._event = event
         self._json = json
         self._record: Record | None = None

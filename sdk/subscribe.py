@@ -17,6 +17,19 @@ streams backwards for the events missed since the last processed one (see
 delivered as one ``resync`` change built from the hash (:mod:`jobtap.catchup`).  A
 job whose hash expired meanwhile is looked up in the streams, so its ``final`` is
 never missed.
+
+A subscription too far behind is not replayed event by event: it *catches up by
+state* (:mod:`jobtap.dispatcher` has the bound, ``Client(max_lag=2.0,
+queue_limit=10_000)``).  The client reads messages into each subscription's queue
+and calls back from it between reads; a subscription whose oldest queued event was
+read more than ``max_lag`` seconds ago, whose queue passes ``queue_limit`` events,
+whose catch-up after a gap finds more than ``queue_limit`` missed events, or
+whose connection Redis closed while still running (the output-buffer limit)
+drops its queue, reads its objects' records in one pipelined read and its
+streams' missed events, and is called once per object
+that moved, finals first (:func:`jobtap.catchup.plan_state`), each change carrying
+:attr:`Change.missed`.  Later events continue from the versions delivered: nothing
+comes twice.  ``max_lag=None``: no queue, every missed event replayed.
 """
 
 from __future__ import annotations
@@ -75,6 +88,22 @@ class Subscription:
     def resyncs(self) -> int:
         """How many times this subscription resynchronised after a gap."""
         return self._feed.resyncs
+
+    @property
+    def caught_up_by_state(self) -> int:
+        """How many of those resyncs caught up by state (it was too far behind, or
+        cut off): one change per object that moved, with :attr:`Change.missed`."""
+        return self._feed.state_resyncs
+
+    @property
+    def skipped(self) -> int:
+        """How many events it dropped from its queue to catch up by state instead."""
+        return self._feed.skipped
+
+    @property
+    def queue_peak(self) -> int:
+        """The most changes that waited at once for its callback."""
+        return self._feed.queue_peak
 
     @property
     def delivered(self) -> int:
