@@ -4,8 +4,9 @@
 
 Issue 28.  Its own redis-server with ``client-output-buffer-limit pubsub 4mb 1mb
 5``; the simulated PBS site (``jobtap.sim``) read by a real collector cycle and
-applied by a real rq worker (burst) each loop, each cycle letting ``--step``
-simulated seconds pass, for ``--seconds`` of real time.  Two subscriber
+applied by a real rq worker (burst) each cycle, each cycle letting ``--step``
+simulated seconds pass, one cycle every ``--interval`` s (when the machine keeps
+up) for ``--seconds``: both runs get the same burst at the same pace.  Two subscriber
 processes subscribe to every job of the site: a normal one and a slow one (a
 ``--delay`` s callback).  It runs twice with the same seed: "before" (clients
 with ``max_lag=None``: every missed event replayed, as before the bound) and
@@ -89,13 +90,13 @@ def run(args: argparse.Namespace, max_lag: float | None) -> dict[str, dict]:
             pipes[name] = parent
         for conn in pipes.values():
             assert conn.poll(60) and conn.recv() == "ready"
-        t_end = time.monotonic() + args.seconds
-        cycles = 0
-        while time.monotonic() < t_end:
+        started = time.monotonic()
+        cycles = round(args.seconds / args.interval)
+        for k in range(cycles):  # the same burst each run: a cycle every --interval s
+            time.sleep(max(0.0, started + k * args.interval - time.monotonic()))
             sim.advance(args.step)
             col.run_cycle()
             drain(r, SITE)
-            cycles += 1
         stopped = time.monotonic()
         expected = set()
         for _sid, fields in r.xrange(f"jobtap:{{{SITE}}}:events", min=f"({since}"):
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace, max_lag: float | None) -> dict[str, dict]:
                 max(times.values()) - stopped if len(times) == len(expected) and times else None
             )
             rep["cycles"] = cycles
+            rep["load_took"] = stopped - started
             out[name] = rep
         return out
     finally:
@@ -125,6 +127,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="real seconds of load")
     ap.add_argument("--step", type=float, default=120.0, help="simulated seconds per cycle")
+    ap.add_argument(
+        "--interval", type=float, default=0.5, help="real seconds between cycles (if kept up)"
+    )
     ap.add_argument("--jobs", type=int, default=3000)
     ap.add_argument("--delay", type=float, default=0.02, help="the slow callback, seconds")
     ap.add_argument("--wait", type=float, default=120.0, help="seconds to wait after the load")
@@ -141,6 +146,9 @@ def main() -> None:
         f" {'peak RSS':>9} {'queue peak':>10} {'resyncs':>8} {'by state':>8} {'callbacks':>9}"
     )
     print(head)
+    for run_name, subs in results.items():
+        rep = next(iter(subs.values()))
+        print(f"{run_name}: {rep['cycles']} cycles in {rep['load_took']:.1f} s")
     for run_name, subs in results.items():
         for name, rep in subs.items():
             after = f"{rep['all_after']:.1f} s" if rep["all_after"] is not None else "never"

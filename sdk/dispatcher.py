@@ -16,7 +16,9 @@ Redis' output buffer (where they would get the connection cut).  A
 subscription whose oldest queued message was read more than ``max_lag`` seconds
 ago, or whose queue passes ``queue_limit`` messages, drops its queue and catches
 up by state (:func:`jobtap.catchup.plan_state`); so does one whose catch-up after
-a gap finds more than ``queue_limit`` events missed, or that Redis cut off.
+a gap finds more than ``queue_limit`` events missed, or that Redis cut off.  A
+catch-up's changes are delivered in turns too, and one cut short is carried into
+the next (:meth:`jobtap.feed.Feed.enqueue`, :meth:`~jobtap.feed.Feed.drop_queue`).
 Without a bound (``max_lag=None``) callbacks run as messages are read, and every
 missed event is replayed: the behaviour before the bound existed.
 """
@@ -43,7 +45,7 @@ from .cache import Cache, Ref
 from .catchup import Planned, SiteReading, plan_object, plan_state
 from .connection import Site
 from .errors import JobtapError, RedisUnavailable
-from .feed import Callback, ChannelKey, Feed
+from .feed import Callback, ChannelKey, Feed, StreamPosition
 from .link import Link
 from .reconnect import TRANSIENT, reconnecting
 from .records import Change, object_prefix, parse_event_id
@@ -336,6 +338,8 @@ class Dispatcher:
             if self.max_lag is not None and feed.lag(now) > self.max_lag:
                 self._behind(feed, f"{feed.lag(now):.1f} s behind")
             elif not feed.deliver_next():
+                # after a catch-up by state that events arrived during: by state again
+                feed.by_state = feed.behind_since is not None
                 self._resync_now(feed)
             if time.monotonic() >= deadline:
                 return
@@ -513,25 +517,38 @@ class Dispatcher:
         """Deliver what ``feed`` missed: from the streams, else from the records."""
         feed.begin_resync()
         plan: list[Planned] = []
+        positions: list[StreamPosition] = []
         by_state = False
         for name, target in feed.targets.items():
-            site_plan, site_by_state = self._catch_up_site(feed, name, target)
+            site_plan, site_by_state = self._catch_up_site(feed, name, target, positions)
             plan += site_plan
             by_state |= site_by_state
         feed.by_state = False
         if by_state:  # in turns, live reading in between, finals first
             feed.state_resyncs += 1
-            feed.queue_plan(plan)
+            feed.queue_plan(plan, positions)
             self._inbox.extend([feed] * feed.queued)
         else:
+            feed.take_positions(positions, in_order=True)
             feed.deliver_plan(plan)
 
-    def _catch_up_site(self, feed: Feed, name: str, target: Target) -> tuple[list[Planned], bool]:
-        """What ``feed`` missed of one site.  If Redis lost data (seen before the
-        reading, or by the scan: a new epoch may begin while it reads), the feed
-        first stops taking its finished jobs as boundaries, then reads again, and
-        awaits the objects whose record is gone instead of reporting them removed."""
+    def _catch_up_site(
+        self,
+        feed: Feed,
+        name: str,
+        target: Target,
+        positions: list[StreamPosition],
+    ) -> tuple[list[Planned], bool]:
+        """What ``feed`` missed of one site, and (into ``positions``) where each
+        stream was read up to.  If Redis lost data (seen before the reading, or
+        by the scan: a new epoch may begin while it reads), the feed first stops
+        taking its finished jobs as boundaries, then reads again, and awaits the
+        objects whose record is gone instead of reporting them removed."""
         lost = self._lost_data(feed, name, target)
+        if feed.by_state and not lost:
+            reading = self._read_moved(feed, name, target, positions)
+            if reading is not None:
+                return self._plan_site(feed, name, target, reading, True), True
         for _ in range(3):
             if lost:
                 feed.new_epoch(name)
@@ -547,8 +564,9 @@ class Dispatcher:
             lost = True  # a new epoch began while reading: read again as after a loss
         missed: dict[str, list[Entry]] = {}
         for stream, scan in scans.items():
-            if scan.newest is not None:
-                feed.note_position(name, stream, scan.newest, scan.newest_epoch)
+            if scan.newest is not None:  # the epoch is followed at once, the position once covered
+                feed.note_stream_epoch(name, stream, scan.newest_epoch)
+                positions.append((name, stream, scan.newest, scan.newest_epoch))
             for e in scan.missed:
                 missed.setdefault(e.prefix, []).append(e)
         reading = SiteReading(refs, current, missed)
@@ -560,9 +578,41 @@ class Dispatcher:
             if why:
                 log.info("jobtap: a subscription missed %s: catching up by state", why)
                 by_state = True
-        plan = self._plan_site(feed, name, target, reading, by_state)
-        feed.settle_epoch(name)
-        return plan, by_state
+        return self._plan_site(feed, name, target, reading, by_state), by_state
+
+    def _read_moved(
+        self, feed: Feed, name: str, target: Target, positions: list[StreamPosition]
+    ) -> SiteReading | None:
+        """A catch-up by state's reading when the streams hold all it missed: the
+        records of the objects that moved only, read after the scan (a record may
+        then be newer than the scan: the positions taken after such a catch-up do
+        not count as a prefix, :meth:`Feed.take_positions`).  ``None`` if a
+        stream does not go back far enough (trimmed, or past the scan's limit) or
+        a new epoch began: then every object's record is read."""
+        scans = self._scan_streams(feed, name, target)
+        for stream, scan in scans.items():
+            seen = feed.stream_epoch(name, stream)
+            if not scan.complete or (seen is not None and scan.newest_epoch not in (None, seen)):
+                return None
+        known = feed.known_refs(name)
+        missed: dict[str, list[Entry]] = {}
+        for stream, scan in scans.items():
+            if scan.newest is not None:
+                feed.note_stream_epoch(name, stream, scan.newest_epoch)
+                positions.append((name, stream, scan.newest, scan.newest_epoch))
+            for e in scan.missed:
+                missed.setdefault(e.prefix, []).append(e)
+        refs: dict[str, Ref] = {}
+        for prefix, entries in missed.items():
+            ref = known.get(prefix)
+            if ref is None:
+                event = entries[-1].event
+                ref = Ref(name, event["kind"], event["object_id"], event.get("user"))
+            refs[prefix] = ref
+        order = list(refs)
+        cache = self.caches[name]
+        records = self._site_call(name, lambda: cache.read([refs[p] for p in order]))
+        return SiteReading(refs, dict(zip(order, records, strict=True)), missed)
 
     def _too_far(self, scans: dict[str, Scan]) -> str | None:
         """Whether a catch-up is past the bound: more than ``queue_limit`` missed

@@ -47,6 +47,9 @@ ChannelKey = tuple["Link", str]
 
 FINISHED_MEMORY = 100_000  # finished objects remembered per subscription
 
+StreamPosition = tuple[str, str, str, str | None]
+"""(site, stream, position, epoch of the event there) that a catch-up read up to."""
+
 
 class Phase(Enum):
     PENDING = "pending"  # waiting for Redis to confirm its channels
@@ -93,12 +96,23 @@ class Feed:
         # What waits for the callback (dispatcher with a bound): a catch-up by
         # state's changes, then channel events with the time each was read.
         self._plan: deque[Planned] = deque()
-        self._planned: dict[str, tuple[str, int]] = {}  # prefix -> (epoch, version) queued
+        # when the first channel event was passed over while a catch-up's changes
+        # were delivered (None: none was)
+        self.behind_since: float | None = None
+        self._final_waiting = False  # one of those events was a final
         self._live: deque[tuple[float, Mapping[str, Any], Change, str]] = deque()
+        # A catch-up by state delivers out of stream order, in turns: the streams'
+        # positions it read up to count as covered only once its last change is
+        # delivered (until then a rescan goes back to the old ones and passes over
+        # what was delivered instead of stopping at it).
+        self._plan_positions: list[StreamPosition] = []
+        self._planned: dict[str, tuple[str, int]] = {}  # prefix -> (epoch, version) queued
+        self._carried: dict[str, Planned] = {}  # a cut-short catch-up's undelivered changes
+        self._in_order = True  # what was delivered since the positions is a prefix of the streams
         self.queue_peak = 0
         self.by_state = False  # the next resync catches up by state
         self.state_resyncs = 0
-        self.skipped = 0  # channel events dropped from the queue to catch up by state
+        self.skipped = 0  # channel events not called back for: caught up by state instead
 
     # -- read by anyone ---------------------------------------------------------------------
     @property
@@ -206,6 +220,8 @@ class Feed:
     def start_over(self) -> None:
         """A first sync (again, if one was cut short by a disconnect): forget every version."""
         self._versions.clear()
+        self._carried.clear()
+        self._in_order = True
 
     def note_position(
         self, site: str, stream: str, position: str | None, epoch: str | None = None
@@ -213,10 +229,29 @@ class Feed:
         """Events of ``stream`` up to ``position`` are covered (``None``: unreadable);
         ``epoch``: that of the event at ``position`` (``None``: no event there)."""
         self._positions[(site, stream)] = position
+        self.note_stream_epoch(site, stream, epoch)
+
+    def note_stream_epoch(self, site: str, stream: str, epoch: str | None) -> None:
+        """The epoch of ``stream``'s newest event (``None``: no event there)."""
         if epoch is None:
             self._stream_epochs.pop((site, stream), None)
         else:
             self._stream_epochs[(site, stream)] = epoch
+
+    def take_positions(self, positions: Iterable[StreamPosition], *, in_order: bool) -> None:
+        """A catch-up's (site, stream, position, epoch): events up to there are
+        covered; each site follows the epoch of its newest.  ``in_order``: what
+        was delivered is a prefix of the streams (a replay: a later scan may stop
+        at the first event it finds delivered); not after a catch-up by state,
+        which reads records after the streams and delivers their versions, which
+        may be past the positions: later scans go back to the positions."""
+        sites = set()
+        for site, stream, position, epoch in positions:
+            self.note_position(site, stream, position, epoch)
+            sites.add(site)
+        for site in sites:
+            self.settle_epoch(site)
+        self._in_order = in_order
 
     def position(self, site: str, stream: str) -> str | None:
         return self._positions.get((site, stream), "0-0")
@@ -376,50 +411,101 @@ class Feed:
 
     def enqueue(self, now: float, event: Mapping[str, Any], change: Change, prefix: str) -> int:
         """A channel event read at ``now``, to deliver in turn; how many channel
-        events wait (a catch-up's changes, at most one per object, not counted).
-        While a catch-up's changes wait, an event they cover is not queued (it
-        was published before the catch-up read the records: it would be old)."""
-        if self._planned or self._plan:
+        events wait.  While a catch-up's changes are delivered in turns, channel
+        events are not queued: the streams hold them, and once the turns are done
+        the feed catches up again from where the catch-up read (:meth:`deliver_next`),
+        so a slow callback's memory holds one change per object at most."""
+        if self._plan:
             planned = self._planned.get(prefix)
             if planned is not None and planned[0] == change.epoch and change.version <= planned[1]:
-                return len(self._live)
-            step = self._versions.step(prefix, change.version, change.type, change.epoch)
-            if planned is None and step is Step.OLD:
-                return len(self._live)
+                return 0  # published before the catch-up read: it covers it
+            if self._versions.step(prefix, change.version, change.type, change.epoch) is Step.OLD:
+                return 0
+            if self.behind_since is None:
+                self.behind_since = now
+            self._final_waiting |= change.final
+            self.skipped += 1
+            return 0
         self._live.append((now, event, change, prefix))
-        n = len(self._plan) + len(self._live)
+        n = len(self._live)
         if n > self.queue_peak:
             self.queue_peak = n
-        return len(self._live)
+        return n
 
     def lag(self, now: float) -> float:
-        """How long ago the oldest channel event still queued was read (0: none)."""
+        """How long ago the oldest channel event not called back for yet was read
+        (0: none).  While a catch-up's changes are delivered, that is the first
+        event passed over: past the bound, the catch-up starts again (finals
+        first), rather than finishing the changes of objects that moved again."""
+        if self._plan:
+            return now - self.behind_since if self.behind_since is not None else 0.0
         return now - self._live[0][0] if self._live else 0.0
 
     def drop_queue(self) -> int:
-        """Forget what waits (a catch-up follows); how many channel events that was."""
+        """Forget what waits (a catch-up follows); how many channel events that was.
+        A catch-up cut short (its callback fell behind again) is not lost: the
+        streams are covered up to where it read, and the changes it did not
+        deliver are carried into the next catch-up, where a newer reading of the
+        same object replaces them."""
         dropped = len(self._live)
-        self._plan.clear()
-        self._planned.clear()
+        if self._plan:
+            for item in self._plan:
+                self._carried[item.prefix] = item
+            self._plan.clear()
+            self._planned.clear()
+            self.take_positions(self._plan_positions, in_order=False)
+        self._plan_positions = []
+        self.behind_since = None
+        self._final_waiting = False
         self._live.clear()
         return dropped
 
-    def queue_plan(self, plan: list[Planned]) -> None:
+    def _with_carried(self, plan: list[Planned]) -> list[Planned]:
+        """``plan`` and what a catch-up cut short did not deliver, for the objects
+        ``plan`` does not have (it read them anew)."""
+        if not self._carried:
+            return plan
+        fresh = {item.prefix for item in plan}
+        plan = plan + [item for p, item in self._carried.items() if p not in fresh]
+        self._carried.clear()
+        return plan
+
+    def queue_plan(self, plan: list[Planned], positions: list[StreamPosition]) -> None:
         """Go live again; the catch-up's changes are delivered in turn, before the
-        channel events that arrive from now on."""
+        channel events that arrive from now on.  ``positions`` (site, stream,
+        position, epoch) are what the catch-up read up to: they are noted once its
+        last change is delivered."""
         self._go_live()
         self.drop_queue()
-        self._plan.extend(sorted(plan, key=Planned.order))
+        self._plan.extend(sorted(self._with_carried(plan), key=Planned.order))
         self._planned = {p.prefix: (p.change.epoch, p.change.version) for p in self._plan}
         self.queue_peak = max(self.queue_peak, len(self._plan))
+        self._in_order = False
+        self._plan_positions = positions
+        for site in {site for site, *_ in positions}:
+            self.settle_epoch(site)  # live events of a new epoch are followed at once
+        if not self._plan:
+            self._plan_done()
+
+    def _plan_done(self) -> None:
+        self.take_positions(self._plan_positions, in_order=False)
+        self._plan_positions = []
 
     def deliver_next(self) -> bool:
-        """Deliver what is first in the queue; False if it was a channel event
-        after a gap (resynchronise)."""
+        """Deliver what is first in the queue; False if the feed must catch up
+        again: a channel event came after a gap, or channel events arrived while a
+        catch-up's changes were delivered (since :attr:`behind_since`) and either
+        the catch-up is done or one of them was a final and only changes that are
+        not finals are left (finals first, across catch-ups too)."""
         if self._plan:
+            if self._final_waiting and not self._plan[0].change.final:
+                return False  # finals first: what is left can wait for the next catch-up
             item = self._plan.popleft()
             self._planned.pop(item.prefix, None)
             self.deliver_planned(item)
+            if not self._plan:
+                self._plan_done()
+                return self.behind_since is None
             return True
         if not self._live:
             return True
@@ -439,12 +525,18 @@ class Feed:
         return {p: ref for p, ref in self._versions.marks().items() if ref.site == site}
 
     def verdict(self, entry: Entry) -> bool | None:
-        """For a stream scan: True if processed, False if missed, None if irrelevant."""
+        """For a stream scan: True if processed (the scan stops there), False if
+        missed, None if irrelevant.  After a catch-up by state that was not
+        delivered to its end, what was delivered is not a prefix of the stream:
+        a processed entry is then passed over (None), and the scan goes back to
+        the positions."""
         prefix = entry.prefix
         if prefix in self._finished:  # a later epoch's events of it are not for us
-            return True if self._finished.epoch(prefix) == entry.epoch else None
+            done = self._finished.epoch(prefix) == entry.epoch
+            return True if done and self._in_order else None
         if prefix in self._versions:
-            return self._versions.processed(prefix, entry.version, entry.epoch)
+            processed = self._versions.processed(prefix, entry.version, entry.epoch)
+            return None if processed and not self._in_order else processed
         target = self._targets.get(entry.event.get("site", ""))
         if target is None or not target.wants(entry.event, prefix):
             return None
@@ -454,7 +546,7 @@ class Feed:
         """Go live again and deliver what was missed, in stream order."""
         self._go_live()
         delivered = 0
-        for item in sorted(plan, key=Planned.order):
+        for item in sorted(self._with_carried(plan), key=Planned.order):
             if self._phase is Phase.ENDED:
                 break
             delivered += self.deliver_planned(item)

@@ -25,11 +25,15 @@ and calls back from it between reads; a subscription whose oldest queued event w
 read more than ``max_lag`` seconds ago, whose queue passes ``queue_limit`` events,
 whose catch-up after a gap finds more than ``queue_limit`` missed events, or
 whose connection Redis closed while still running (the output-buffer limit)
-drops its queue, reads its objects' records in one pipelined read and its
-streams' missed events, and is called once per object
-that moved, finals first (:func:`jobtap.catchup.plan_state`), each change carrying
-:attr:`Change.missed`.  Later events continue from the versions delivered: nothing
-comes twice.  ``max_lag=None``: no queue, every missed event replayed.
+drops its queue, scans its streams for what it missed, reads the records of the
+objects that moved in one pipelined read, and is called once per object that moved,
+finals first (:func:`jobtap.catchup.plan_state`), each change carrying
+:attr:`Change.missed`.  Those changes are delivered in turns; events arriving
+meanwhile are not queued but caught up with by the next catch-up, which starts as
+soon as a final waits behind changes that are not finals (or ``max_lag`` passes)
+and takes over what this one did not deliver.  Later events continue from the
+versions delivered: nothing comes twice, nothing is lost.  ``max_lag=None``: no
+queue, every missed event replayed.
 """
 
 from __future__ import annotations

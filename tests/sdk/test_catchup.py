@@ -109,6 +109,52 @@ def test_the_queue_stays_bounded_under_a_burst_and_every_final_comes_once(redis_
     client.close()
 
 
+def test_a_catch_up_cut_short_loses_nothing_it_had_not_delivered(redis_server, hermetic):
+    """Jobs that were submitted and ended while the callback was held are known
+    from the stream alone.  Their finals are delivered in turns; the callback
+    falls behind again in the middle of them (an update arrives, the bound is
+    short), the catch-up starts again from where it read, and the finals it had
+    not delivered yet are carried into it: each comes, once."""
+    w = Writer(redis_server.client())
+    w.job("1.pbs")
+    client = jobtap.Client(redis_server.url, site=SITE, max_lag=0.3, queue_limit=3)
+    barrier = Barrier(client, w)
+    second = threading.Event()  # held on the first final of the catch-up
+    release = threading.Event()
+
+    class Held(Gated):
+        def __call__(self, change: jobtap.Change) -> None:
+            if change.final and not second.is_set():
+                second.set()
+                release.wait(30)
+            elif change.final:
+                time.sleep(0.1)  # a slow consumer: the catch-up falls behind again
+            super().__call__(change)
+
+    rec = Held("1.pbs")
+    sub = client.subscribe(rec, user="alice")
+    w.job("1.pbs", comment="go")
+    eventually(rec.held.is_set, what="the callback held")
+    ended = [f"{i}.pbs" for i in range(10, 20)]
+    for jid in ended:  # submitted and ended while the callback is held
+        w.job(jid)
+        w.finish(jid)
+    rec.gate.set()
+    eventually(second.is_set, what="the catch-up's first final")
+    w.job("1.pbs", comment="meanwhile")  # arrives while the catch-up is delivered
+    release.set()
+    rec.wait_for(lambda cs: all(finals(rec, j) for j in ended), timeout=20)
+    rec.wait_for(lambda cs: "meanwhile" in [c.record.comment for c in cs if c.object_id == "1.pbs"])
+    barrier()
+    for jid in ended:
+        assert len(finals(rec, jid)) == 1
+        assert [c.type for c in rec.changes if c.object_id == jid] == ["final"]
+    versions = rec.versions("1.pbs")
+    assert versions == sorted(set(versions))  # nothing twice, nothing back
+    assert sub.caught_up_by_state >= 2  # the update came while the first was delivered
+    client.close()
+
+
 def test_cut_off_by_the_output_buffer_limit_catches_up_by_state(redis_server, hermetic, caplog):
     r = redis_server.client()
     r.config_set("client-output-buffer-limit", "pubsub 64kb 32kb 1")
