@@ -347,11 +347,7 @@ class Applier:
                 object_keys.append(keys.job(user, it["id"]))
             else:
                 object_keys.append(None)
-        pipe = dest.reader.pipeline(transaction=False)
-        for k in object_keys:
-            if k is not None:
-                pipe.hgetall(k)
-        replies = iter(pipe.execute())
+        replies = iter(dest.read_hashes([k for k in object_keys if k is not None]))
         return [
             (it, user, okey, next(replies) if okey is not None else None)
             for it, user, okey in zip(items, users, object_keys)
