@@ -97,7 +97,9 @@ def format_of(event: Mapping[str, Any]) -> int:
 
 def without_native(record: Mapping[str, Any]) -> dict[str, Any]:
     """``record`` without ``native``: the record of a format-2 event."""
-    return {k: v for k, v in record.items() if k != "native"}
+    out = dict(record)  # a copy, then a pop: about half the cost of a comprehension
+    out.pop("native", None)
+    return out
 
 
 def object_prefix(site: str, kind: str, object_id: str) -> str:
