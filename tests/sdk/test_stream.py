@@ -157,8 +157,8 @@ def test_leaving_the_block_with_an_error_acks_nothing_more(client, writer, r):
     assert r.xpending(K.events, "g")["pending"] == 2
 
 
-@pytest.mark.parametrize("group", [None, "g"])
-def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
+@pytest.mark.parametrize(("group", "native"), [(None, False), ("g", False), (None, True)])
+def test_resumes_after_redis_restarts(tmp_path, hermetic, group, native):
     (tmp_path / "redis").mkdir()
     server = RedisServer(
         tmp_path / "redis", args=["--appendonly", "yes", "--appendfsync", "always"]
@@ -169,14 +169,18 @@ def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
         for i in range(5):
             w.job(f"{i}.pbs")
         client = jobtap.Client(server.url, site=SITE, backoff=(0.1, 0.5))
-        s = client.stream(group=group, since="0", count=3, block=0.2, idle_timeout=5.0)
-        got = [next(s).id for _ in range(4)]
+        s = client.stream(
+            group=group, since="0", count=3, block=0.2, idle_timeout=5.0, native=native
+        )
+        changes = [next(s) for _ in range(4)]
         server.stop()  # the stream finds out at its next read
         server.start()
         for i in range(5):
             w.job(f"{i}.pbs", state="running")
-        got += [next(s).id for _ in range(6)]  # idle_timeout bounds the wait
-        assert got == all_ids(r)
+        changes += [next(s) for _ in range(6)]  # idle_timeout bounds the wait
+        assert [c.id for c in changes] == all_ids(r)
+        if native:  # joined before and after the restart alike
+            assert all(c.event["record"]["native"]["Job_Owner"] for c in changes)
         s.close()
         client.close()
     finally:
