@@ -2,6 +2,7 @@
 
     python -m bench.apply [--jobs 20000] [--chunk 500] [--rounds 3] [--metrics | --compare]
     python -m bench.apply --jobs 20000 --rounds 6 --against [REV]
+    python -m bench.apply --jobs 20000 --rounds 4 --event-versions
     python -m bench.apply --jobs 20000 --profile
 
 Starts its own redis-server on a free port.  Round 1 applies ``--jobs`` new jobs;
@@ -27,6 +28,12 @@ beside this tree's, on the same records, each on a redis-server of its own,
 rounds alternated ABBA.  Prints Redis CPU µs per change (``INFO cpu``) and
 changes/s of each side, and their ratio.  Needs a git checkout.
 
+``--event-versions``: this tree's apply step writing events of format 1 (the
+whole record, ``jobtap worker --event-version 1``) and of format 2 (no native
+record, the default) the same way as ``--against``: on the same records, each
+on a redis-server of its own, rounds alternated ABBA; prints Redis CPU µs and
+worker CPU µs per change of each, the mean size of an event, and their ratios.
+
 ``--profile``: where Redis' time goes in a round of changes: ``INFO
 commandstats`` per change (the script's own commands counted inside
 ``evalsha``'s time too), then Redis' CPU for parts of that work sent on their
@@ -48,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -57,7 +65,7 @@ from jobtap.collector.ship import Shipper, chunked
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
-from jobtap.workers.apply import Applier
+from jobtap.workers.apply import Applier, Settings
 from jobtap.workers.metrics import WorkerMetrics, note_in_meta
 from jobtap.workers.service import run_worker, tune_gc
 from sim.rig.paths import fixtures_dir
@@ -156,42 +164,70 @@ def applier_at(rev: str) -> type:
 
 
 def against(natives, chunk: int, rounds: int, rev: str) -> None:
-    """The apply step of ``rev`` and this tree's on the same records: each side on
-    a redis-server of its own (same streams, same hashes), a first round of new
-    jobs, then rounds of changes in ABBA order."""
-    sides = {"before": applier_at(rev), "after": Applier}
+    """The apply step of ``rev`` and this tree's on the same records (see
+    :func:`side_by_side`)."""
+    before = applier_at(rev)
+    print(f"before = {rev}, after = this tree")
+    side_by_side(natives, chunk, rounds, {"before": before, "after": Applier})
+
+
+def event_versions(natives, chunk: int, rounds: int) -> None:
+    """This tree's apply step writing events of format 1 (the whole record) and
+    of format 2 (no native record) on the same records (see :func:`side_by_side`)."""
+    side_by_side(natives, chunk, rounds, {
+        "format 1": lambda r: Applier(r, Settings(event_version=1)),
+        "format 2": lambda r: Applier(r, Settings(event_version=2)),
+    })  # fmt: skip
+
+
+def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Callable]) -> None:
+    """Two apply steps (``sides``: name -> a callable making one from a Redis
+    client) on the same records: each side on a redis-server of its own (same
+    streams, same hashes), a first round of new jobs, then rounds of changes in
+    ABBA order.  Prints Redis' and the worker's CPU per change, changes/s, and
+    the first side's over the second's."""
+    a, b = sides
     servers = {k: RedisServer().start() for k in sides}
     try:
         clients = {k: servers[k].client() for k in sides}
-        appliers = {k: cls(clients[k]) for k, cls in sides.items()}
+        appliers = {k: make(clients[k]) for k, make in sides.items()}
         results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
         new = {k: apply_round(appliers[k], natives, chunk, 0, clients[k]) for k in sides}
         # the same cycle on both sides: each round's records are made once per side
         for i in range(2 * rounds):
-            order = ("before", "after") if (i // 2) % 2 == 0 else ("after", "before")
+            order = (a, b) if (i // 2) % 2 == 0 else (b, a)
             k = order[i % 2]
             results[k].append(apply_round(appliers[k], natives, chunk, 1 + i // 2, clients[k]))
-        events = {k: clients[k].xlen(SiteKeys(SITE).events) for k in sides}
+        keys = SiteKeys(SITE)
+        events = {k: clients[k].xlen(keys.events) for k in sides}
+        sizes = {k: event_bytes(clients[k], keys.events) for k in sides}
     finally:
         for server in servers.values():
             server.stop()
-    print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA); "
-          f"before = {rev}, after = this tree")  # fmt: skip
-    print("side     new jobs: Redis µs/change  changes/s | changes: Redis µs/change (each round)"
-          "   median   changes/s median   worker CPU µs/change median")  # fmt: skip
+    print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA)")
+    print("side      new jobs: Redis µs/change  changes/s | changes: Redis µs/change (each round)"
+          "   median   changes/s median   worker CPU µs/change median   event bytes")  # fmt: skip
     med = {}
     for k in sides:
         server_us = [x for _, _, x in results[k]]
         rates = [w for w, _, _ in results[k]]
         worker_us = statistics.median(1e6 / c for _, c, _ in results[k])
-        med[k] = (statistics.median(server_us), statistics.median(rates))
-        print(f"{k:<7}  {new[k][2]:>26.1f} {new[k][0]:>10,.0f} | "
+        med[k] = (statistics.median(server_us), statistics.median(rates), worker_us)
+        print(f"{k:<8}  {new[k][2]:>26.1f} {new[k][0]:>10,.0f} | "
               + " ".join(f"{x:.1f}" for x in server_us)
-              + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}   {worker_us:.1f}")  # fmt: skip
-    print(f"Redis CPU per change, before / after: {med['before'][0] / med['after'][0]:.2f}x "
-          f"(new jobs {new['before'][2] / new['after'][2]:.2f}x); changes/s after / before: "
-          f"{med['after'][1] / med['before'][1]:.2f}x")  # fmt: skip
-    print(f"events in each site stream: {events['before']:,} before, {events['after']:,} after")
+              + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}   {worker_us:.1f}"
+              + f"   {sizes[k]:,.0f}")  # fmt: skip
+    print(f"{a} / {b}: Redis CPU per change {med[a][0] / med[b][0]:.2f}x (new jobs "
+          f"{new[a][2] / new[b][2]:.2f}x), worker CPU per change {med[a][2] / med[b][2]:.2f}x, "
+          f"event bytes {sizes[a] / sizes[b]:.2f}x; changes/s {b} / {a}: "
+          f"{med[b][1] / med[a][1]:.2f}x")  # fmt: skip
+    print("events in each site stream: " + ", ".join(f"{events[k]:,} {k}" for k in sides))
+
+
+def event_bytes(r, stream: str, sample: int = 1000) -> float:
+    """The mean size of the last ``sample`` events of ``stream`` (their JSON)."""
+    entries = r.xrevrange(stream, count=sample)
+    return statistics.mean(len(f[b"event"]) for _, f in entries) if entries else 0.0
 
 
 def hook_costs(r, chunk: int, calls: int = 2_000) -> tuple[float, float]:
@@ -336,6 +372,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="where Redis' CPU goes")
     ap.add_argument("--against", nargs="?", const=BEFORE, metavar="REV",
                     help=f"commit REV's apply step beside this one (default {BEFORE})")  # fmt: skip
+    ap.add_argument("--event-versions", action="store_true",
+                    help="events of format 1 and of format 2 side by side")  # fmt: skip
     args = ap.parse_args()
     import logging
 
@@ -344,6 +382,9 @@ def main() -> None:
     tune_gc()  # what `jobtap worker` does at start; also keeps the bench's own data out of GC
     if args.against:
         against(natives, args.chunk, args.rounds, args.against)
+        return
+    if args.event_versions:
+        event_versions(natives, args.chunk, args.rounds)
         return
     if args.profile:
         profile(natives, args.chunk)

@@ -11,11 +11,13 @@ line on stderr and a non-zero exit status.
   with ``--json``.  With job ids it ends after their final changes (a job not in
   the cache for the user is waited for, said once on stderr); ``--all``
   watches every job of the site (operators); with neither, the user's own jobs.
-- ``jobtap show JOBID [--json]``: the cached record.
+- ``jobtap show JOBID [--json] [--native]``: the cached record (with
+  ``--native`` also the scheduler's own record, which events leave out).
 - ``jobtap wait JOBID [--timeout S] [--state S]``: exits with the job's exit
   status (0-255; killed by signal N: 128+N), 124 on timeout.
-- ``jobtap export [--group G] [--since ID]``: the deduplicated stream as NDJSON on
-  stdout, one event a line, flushed: ``jobtap export | kcat -P -t jobs``.
+- ``jobtap export [--group G] [--since ID] [--native]``: the deduplicated stream as
+  NDJSON on stdout, one event a line, flushed: ``jobtap export | kcat -P -t jobs``;
+  ``--native`` joins each event's native record in from the hashes.
 """
 
 from __future__ import annotations
@@ -373,6 +375,14 @@ def wait(
 )
 @click.option("--claim-idle", type=float, default=60.0, show_default=True,
               help="Seconds before another consumer's unacked events are claimed.")  # fmt: skip
+@click.option(
+    "--native",
+    is_flag=True,
+    help="Put each job's (node's, queue's) native record into its event as record.native, "
+    "which events of format 2 leave out: read from the hashes at export time, one read per "
+    "batch, so it is the record as it is then; null once the hash has expired (a finished "
+    "job past its retention, a removed node).",
+)
 @with_client
 def export(
     client: jobtap.Client,
@@ -383,6 +393,7 @@ def export(
     count: int | None,
     idle: float | None,
     claim_idle: float,
+    native: bool,
 ) -> None:
     """Write the deduplicated event stream to stdout as NDJSON (one event a line).
 
@@ -392,7 +403,7 @@ def export(
     out = sys.stdout.buffer
     stream = client.stream(
         group=group, consumer=consumer, since=since, user=user, claim_idle=claim_idle,
-        idle_timeout=idle,
+        idle_timeout=idle, native=native,
     )  # fmt: skip
     written = 0
     ok = True

@@ -6,6 +6,8 @@ from __future__ import annotations
 import click
 import redis
 
+from jobtap.events import EVENT_VERSION, EVENT_VERSIONS
+
 from .options import (
     connect,
     connect_queues,
@@ -57,6 +59,16 @@ from .options import (
     show_default=True,
     help="Seconds events are kept in the streams (0: no age limit).",
 )
+@click.option(
+    "--event-version",
+    type=click.Choice([str(v) for v in EVENT_VERSIONS]),
+    envvar="JOBTAP_EVENT_VERSION",
+    default=str(EVENT_VERSION),
+    show_default=True,
+    help="Format of the events written (env JOBTAP_EVENT_VERSION): 2 leaves the scheduler's "
+    "native record out of events (it stays in the job's hash); 1 writes it in them, for "
+    "consumers not yet upgraded to read format 2.",
+)
 @metrics_options
 @log_options
 def worker(
@@ -69,6 +81,7 @@ def worker(
     site_maxlen,
     user_maxlen,
     max_age,
+    event_version,
     metrics_port,
     metrics_addr,
     log_format,
@@ -86,7 +99,11 @@ def worker(
     data = connect(redis_url)
     queues = connect_queues(queue_redis, data)
     settings = Settings(
-        retention=retention, site_maxlen=site_maxlen, user_maxlen=user_maxlen, max_age=max_age
+        retention=retention,
+        site_maxlen=site_maxlen,
+        user_maxlen=user_maxlen,
+        max_age=max_age,
+        event_version=int(event_version),
     )
     served = None if all_sites else sites or ["default"]
     metrics = None

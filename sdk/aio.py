@@ -252,6 +252,12 @@ class Client:
         """As :meth:`jobtap.Client.job`."""
         return await asyncio.to_thread(self._client.job, job_id, user=user, site=site)
 
+    async def native(
+        self, job_id: str, *, user: str | None = None, site: str | None = None
+    ) -> dict[str, Any] | None:
+        """As :meth:`jobtap.Client.native`."""
+        return await asyncio.to_thread(self._client.native, job_id, user=user, site=site)
+
     async def jobs(
         self,
         user: str | None = None,
@@ -370,6 +376,7 @@ class Client:
         claim_idle: float = 60.0,
         idle_timeout: float | None = None,
         dedupe: int = 200_000,
+        native: bool = False,
     ) -> EventStream:
         """As :meth:`jobtap.Client.stream`, for ``async for``."""
         return EventStream(
@@ -384,6 +391,7 @@ class Client:
                 claim_idle=claim_idle,
                 idle_timeout=idle_timeout,
                 dedupe=dedupe,
+                native=native,
             )
         )
 

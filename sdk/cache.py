@@ -16,7 +16,7 @@ from .connection import AnyRedis, Site
 from .events import split_event_id
 from .records import Job, Node, Queue, natural_key
 from .replies import text
-from .schema import JOB, NODE, QUEUE
+from .schema import JOB, NODE, QUEUE, decode_value
 from .schema import from_hash as decode_hash
 
 PIPELINE_BATCH = 1000
@@ -116,6 +116,18 @@ class Cache:
             return None
         raw = self.r.hgetall(self.keys.job(owner, job_id))
         return Job.from_hash(raw)
+
+    def natives(self, refs: Sequence[Ref]) -> list[dict[str, Any] | None]:
+        """The ``native`` field of each of ``refs``' hashes, decoded (``None`` for
+        a missing key or field), pipelined: the scheduler's own record, which
+        events of format 2 leave out (see :mod:`jobtap.events`)."""
+        out: list[dict[str, Any] | None] = []
+        for start in range(0, len(refs), PIPELINE_BATCH):
+            pipe = self.r.pipeline(transaction=False)
+            for ref in refs[start : start + PIPELINE_BATCH]:
+                pipe.hget(key_of(self.site, ref), "native")
+            out.extend(decode_value("native", raw) if raw else None for raw in pipe.execute())
+        return out
 
     def live_job_ids(self, user: str) -> list[str]:
         return sorted(

@@ -157,6 +157,24 @@ class Client:
                 return job
         return None
 
+    def native(
+        self, job_id: str, *, user: str | None = None, site: str | None = None
+    ) -> dict[str, Any] | None:
+        """The scheduler's own record of a job (``Job.native``), read from its hash;
+        ``None`` if the cache does not have the job.  A change's record does not
+        carry it (see :mod:`jobtap.records`): this is the read that does, one
+        field, located as :meth:`job` locates the job."""
+        hints = [self.user] if self.user else []
+        for s in self._pick(site):
+            with translated(s.url):
+                cache = self._caches[s.name]
+                owner = user or cache.locate(job_id, hints)
+                if owner is not None:
+                    (native,) = cache.natives([Ref(s.name, JOB, job_id, owner)])
+                    if native is not None:
+                        return native
+        return None
+
     def jobs_by_id(
         self, job_ids: Iterable[str], *, user: str | None = None, site: str | None = None
     ) -> dict[str, Job | None]:
@@ -430,6 +448,7 @@ class Client:
         claim_idle: float = 60.0,
         idle_timeout: float | None = None,
         dedupe: int = 200_000,
+        native: bool = False,
     ) -> EventStream:
         """Iterate over the site's event stream (or ``user``'s), deduplicated.
 
@@ -438,7 +457,9 @@ class Client:
         otherwise the stream is read from ``since`` (a stream id, ``"0"`` for all it
         holds; default: new events only).  Delivery is at least once; see
         :mod:`jobtap.stream` for the details.  ``idle_timeout`` ends the iteration after
-        that many seconds without events.
+        that many seconds without events.  ``native=True`` puts each object's native
+        record, read from its hash once per batch, into the event's ``record.native``
+        (``None`` where the hash has expired; see :mod:`jobtap.stream`).
         """
         return EventStream(
             self._site(site),
@@ -452,6 +473,7 @@ class Client:
             idle_timeout=idle_timeout,
             dedupe=dedupe,
             backoff=self.backoff,
+            native=native,
         )
 
     # -- lifetime ----------------------------------------------------------------------------------

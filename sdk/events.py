@@ -24,13 +24,29 @@ published as schemas downstream systems can register: :func:`json_schema`
 :func:`avro_schema` (for Kafka schema registries, ``event.avsc``; Avro has no
 type for free-form JSON, so :func:`to_avro` carries ``record`` as the Redis
 hash form, strings keyed by field, and each change as JSON text).
+
+Two formats, told apart by ``event_version`` (:func:`format_of`):
+
+- **2** (``"event_version": 2``, what workers write by default): ``record`` is
+  the normalised record without ``native``, the scheduler's own record, which
+  is the larger half of a job's record and stays in the object's hash
+  (``Client.native()``, ``jobtap show --native``, ``jobtap export --native``).
+  ``changes`` still names every native key that changed, ``native.KEY: [old,
+  new]``, so what changed is all in the event.
+- **1** (no ``event_version`` key; ``jobtap worker --event-version 1``): the
+  whole record, ``native`` included.  Readers take an event without
+  ``event_version`` as format 1.
+
+The SDK reads both and gives the same :class:`~jobtap.records.Change` for
+either (its ``record`` never carries ``native``: see :mod:`jobtap.records`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from importlib.resources import files
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
@@ -49,6 +65,11 @@ EVENT_TYPES = (NEW, STATE, UPDATE, FINAL, REMOVED)
 CHANGE_TYPES = (*EVENT_TYPES, INITIAL, RESYNC)
 
 
+EVENT_VERSION = 2
+"""The event format workers write unless told otherwise (see the module docstring)."""
+EVENT_VERSIONS = (1, 2)
+"""The formats workers can write and readers read."""
+
 EPOCH_LENGTH = 12
 _EPOCH_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
 
@@ -65,6 +86,20 @@ class Event(TypedDict):
     observed_at: str
     changes: dict[str, list[Any]]
     record: dict[str, Any]
+    event_version: NotRequired[int]  # absent: format 1
+
+
+def format_of(event: Mapping[str, Any]) -> int:
+    """The format of ``event``: its ``event_version``, 1 when it has none."""
+    version: int = event.get("event_version", 1)
+    return version
+
+
+def without_native(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` without ``native``: the record of a format-2 event."""
+    out = dict(record)  # a copy, then a pop: about half the cost of a comprehension
+    out.pop("native", None)
+    return out
 
 
 def object_prefix(site: str, kind: str, object_id: str) -> str:
@@ -128,10 +163,15 @@ def make_event(
     observed_at: str,
     changes: dict[str, list[Any]],
     record: dict[str, Any],
+    event_version: int = EVENT_VERSION,
 ) -> Event:
     """The event for ``version`` of an object in ``epoch`` (its id follows from
-    the rest)."""
-    return {
+    the rest), in format ``event_version``: 2 leaves ``native`` out of
+    ``record``; 1 is the event as it was before formats had numbers (the whole
+    record, no ``event_version`` key)."""
+    if event_version not in EVENT_VERSIONS:
+        raise ValueError(f"event_version must be one of {EVENT_VERSIONS}, not {event_version!r}")
+    event: Event = {
         "id": event_id(site, epoch, kind, object_id, version),
         "site": site,
         "epoch": epoch,
@@ -142,8 +182,11 @@ def make_event(
         "version": version,
         "observed_at": observed_at,
         "changes": changes,
-        "record": record,
+        "record": record if event_version == 1 else without_native(record),
     }
+    if event_version != 1:
+        event["event_version"] = event_version
+    return event
 
 
 @cache
@@ -165,9 +208,12 @@ def _load_schema(name: str) -> dict[str, Any]:
 
 def to_avro(event: Event | dict[str, Any]) -> dict[str, Any]:
     """The event in the form of :func:`avro_schema`: ``record`` as its Redis
-    hash (every value a string) and each change ``[old, new]`` as JSON text."""
+    hash (every value a string; ``native`` there only in format 1), each change
+    ``[old, new]`` as JSON text, and ``event_version`` always (1 for an event
+    without one, as the schema's default reads an older message)."""
     return {
         **event,
         "changes": {k: orjson.dumps(v).decode() for k, v in event["changes"].items()},
         "record": to_hash(event["record"]),
+        "event_version": format_of(event),
     }

@@ -8,6 +8,17 @@ dicts as Python objects, and ``native``: the scheduler's own record, whole.
     >>> job = client.job("12.pbs")
     >>> job.state, job.terminal, job.native["Job_Owner"]
     ('running', False, 'alice@login1')
+
+Where ``native`` is, and where it is not: a record read from the cache's hashes
+(``Client.job``, ``jobs``, ``jobs_by_id``, ``node``, ``nodes``, ``queue``,
+``queues``) has it.  A :class:`Change`'s record never has it (``None``),
+whatever the change came from: events of format 2 leave it in the hash (see
+:mod:`jobtap.events`), and the SDK drops it from the rest too (format-1 events,
+``initial`` and ``resync`` changes made from a hash), so that a callback or a
+stream sees the same record for every change of every job, and code that works
+during an upgrade works after it.  What changed in it is in ``changes``
+(``native.KEY``); the whole of it, when needed, is one read away:
+``client.native(job_id)``, or ``client.stream(native=True)`` for a stream.
 """
 
 from __future__ import annotations
@@ -68,10 +79,15 @@ class _Record:
     _INTS: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], *, final: bool | None = None) -> Self:
-        """Build from a decoded record (an event's ``record``, or a decoded hash)."""
+    def from_record(
+        cls, record: Mapping[str, Any], *, final: bool | None = None, native: bool = True
+    ) -> Self:
+        """Build from a decoded record (an event's ``record``, or a decoded hash);
+        ``native=False`` leaves ``native`` out (``None``)."""
         names = _field_names(cls)
         kw: dict[str, Any] = {name: record.get(name) for name in names}
+        if not native:
+            kw["native"] = None
         for name in cls._TIMES:
             kw[name] = _parse_time(kw[name])
         for name in cls._INTS:
@@ -94,9 +110,10 @@ class _Record:
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Self:
-        """Build from an event (``jobtap.events.Event``): its ``record``, with ``final``
-        set when the event is the object's final one."""
-        return cls.from_record(event["record"], final=event.get("type") == ev.FINAL)
+        """Build from an event (``jobtap.events.Event``, either format): its
+        ``record``, with ``final`` set when the event is the object's final one,
+        and without ``native`` (see the module docstring)."""
+        return cls.from_record(event["record"], final=event.get("type") == ev.FINAL, native=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-able data (timestamps back to ISO-8601)."""
@@ -224,6 +241,9 @@ def natural_key(text: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
 
 
+_NOT_IN_EVENTS = frozenset({"cycle", "final", "epoch", "native"})
+
+
 @dataclass(frozen=True, slots=True)
 class Missed:
     """What a subscription skipped of one object when it caught up by state
@@ -258,10 +278,12 @@ class Change:
     can drop duplicates), ``type``, ``version`` (within ``epoch``), ``epoch`` (the
     site epoch, see :mod:`jobtap.events`), ``kind``, ``site``, ``object_id``,
     ``user``, ``observed_at``, ``changes`` (``{attr: [old, new]}``), ``record``
-    (a :class:`Job`, :class:`Node` or :class:`Queue`), ``final``, ``event`` (the
-    event as a dict, the ``jobtap.events.Event`` schema), ``json`` (the same as
-    bytes) and ``stream_id`` (the Redis stream entry id, for ``stream(since=...)``;
-    ``None`` for pub/sub deliveries).
+    (a :class:`Job`, :class:`Node` or :class:`Queue`, without ``native``: see the
+    module docstring), ``final``, ``event`` (the event as a dict, the
+    ``jobtap.events.Event`` schema, as it was written: a format-1 event still has
+    ``record.native`` there), ``json`` (the same as bytes) and ``stream_id`` (the
+    Redis stream entry id, for ``stream(since=...)``; ``None`` for pub/sub
+    deliveries).
 
     ``missed`` (a :class:`Missed`, else ``None``): set on the change a subscription
     delivers when it catches up *by state* (it was cut off, or too far behind):
@@ -311,7 +333,8 @@ class Change:
     def synthesize(
         cls, etype: str, kind: str, site: str, record: dict[str, Any], *, final: bool
     ) -> Change:
-        """An ``initial`` or ``resync`` change from a decoded hash."""
+        """An ``initial`` or ``resync`` change from a decoded hash: an event of
+        the format workers write by default (no ``native``, no bookkeeping)."""
         version = int(record.get("version") or 0)
         oid = str(record.get("id"))
         epoch = str(record.get("epoch") or "")
@@ -327,7 +350,8 @@ class Change:
             "version": version,
             "observed_at": record.get("updated_at"),
             "changes": {},
-            "record": {k: v for k, v in record.items() if k not in ("cycle", "final", "epoch")},
+            "record": {k: v for k, v in record.items() if k not in _NOT_IN_EVENTS},
+            "event_version": ev.EVENT_VERSION,
         }
         return cls(eid, etype, version, event=event, final=final)
 
@@ -391,7 +415,8 @@ class Change:
     def record(self) -> Record:
         if self._record is None:
             cls = RECORD_TYPES.get(self.kind, Job)
-            self._record = cls.from_record(self.event.get("record") or {}, final=self.final)
+            record = self.event.get("record") or {}
+            self._record = cls.from_record(record, final=self.final, native=False)
         return self._record
 
     def __repr__(self) -> str:

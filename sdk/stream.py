@@ -28,6 +28,17 @@ over, or went back to an older snapshot), the events written afterwards carry a
 new site epoch (see :mod:`jobtap.events`) and versions from 1 again: the
 de-duplication counts versions per epoch, so the new epoch's events all go
 through (:attr:`EventStream.epoch` and ``epochs`` say what was seen).
+
+With ``native=True`` each event comes with the scheduler's own record in
+``record.native``, which events of format 2 leave in the object's hash (see
+:mod:`jobtap.events`): it is read from the hashes of a fetched batch's objects
+in one pipelined read, before the batch is handed out, so it is the record as
+the hash holds it then (it may be of a later version than the event), and
+``null`` for an object whose hash is gone (a finished job past its retention, a
+removed node).  A format-1 event keeps the ``native`` it carries, that of its
+own version.  Such a change's ``event`` and ``json`` have it too, and its
+``record`` still does not (:mod:`jobtap.records`): the join is for consumers
+that forward events downstream as they are, like ``jobtap export --native``.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import redis
 from tenacity import RetryCallState
 
 from .backfill import newest_id, parse_sid
+from .cache import Cache, Ref
 from .connection import AnyRedis, Site
 from .dedupe import VersionMemory
 from .errors import ConfigError, JobtapError
@@ -86,6 +98,7 @@ class EventStream(Iterator[Change]):
         idle_timeout: float | None = None,
         dedupe: int = 200_000,
         backoff: tuple[float, float] = (0.05, 5.0),
+        native: bool = False,
     ):
         if count < 1:
             raise ConfigError("count must be at least 1")
@@ -103,6 +116,8 @@ class EventStream(Iterator[Change]):
         self.claim_idle = claim_idle
         self.idle_timeout = idle_timeout
         self.backoff = backoff
+        self.native = native
+        """Whether each event gets its object's native record (module docstring)."""
         self.last_id: str | None = None
         """Stream id of the last event handed out (the position to resume from)."""
         self.delivered = 0
@@ -115,6 +130,7 @@ class EventStream(Iterator[Change]):
         self._epochs_seen: set[str] = set()
         self._memory = VersionMemory(dedupe)
         self._buffer: deque[Change] = deque()
+        self._fetched: list[Change] = []  # read, not in the buffer yet (native not joined)
         self._pos: str | None = None  # plain mode: last id read
         self._taken: list[str] = []  # group mode: handed out, not acked yet
         self._dropped: list[str] = []  # group mode: duplicates to ack
@@ -294,13 +310,32 @@ class EventStream(Iterator[Change]):
                 self._dropped.append(sid)
             return
         event = blob(fields[b"event"])
-        self._buffer.append(Change(eid, etype, version, json=event, stream_id=sid))
+        self._fetched.append(Change(eid, etype, version, json=event, stream_id=sid))
 
     def _fetch(self) -> None:
-        if self._member is None:
-            self._fetch_plain()
-        else:
-            self._fetch_group(*self._member)
+        """Read a batch, join its native records if asked, then buffer it.  A
+        batch read whose join failed (Redis went away) is joined on the retry
+        before anything more is read, so no event is handed out without it."""
+        if not self._fetched:
+            if self._member is None:
+                self._fetch_plain()
+            else:
+                self._fetch_group(*self._member)
+        if self.native and self._fetched:
+            self._fetched = self._with_native(self._fetched)
+        self._buffer.extend(self._fetched)
+        self._fetched = []
+
+    def _with_native(self, changes: list[Change]) -> list[Change]:
+        """``changes`` with their objects' native records in their events, read
+        in one pipelined round (an event that carries its own keeps it)."""
+        wanting = [c for c in changes if "native" not in c.event.get("record", {})]
+        refs = [Ref(self.site.name, c.kind, c.object_id, c.user) for c in wanting]
+        joined: dict[int, Change] = {}
+        for c, native in zip(wanting, Cache(self.site).natives(refs), strict=True):
+            event = {**c.event, "record": {**c.event.get("record", {}), "native": native}}
+            joined[id(c)] = Change(c.id, c.type, c.version, event=event, stream_id=c.stream_id)
+        return [joined.get(id(c), c) for c in changes]
 
     def _fetch_plain(self) -> None:
         if self._pos is None:

@@ -24,6 +24,11 @@ worker waits for it (``Settings.redis_wait``) and applies the chunk again from
 the start: what was written already is skipped by the cycle check, so the chunk
 is finished, never half-applied.
 
+Events are made in the format ``Settings.event_version`` names (see
+``jobtap.events``): 2, the default, leaves the scheduler's native record out of
+the event (it is in the hash the same script writes); 1 writes the whole record,
+for sites whose consumers still read ``native`` from events.
+
 A job whose first record has already ended (it was submitted, ran and ended
 between two stats) gets two events, ``new`` (version 1) then ``final``
 (version 2), both with that record, written by the same script (each checked
@@ -54,7 +59,17 @@ from jobtap.connection import AnyRedis
 from jobtap.contract.chunk import REMOVE, UPSERT, VANISHED, Chunk, Item
 from jobtap.contract.epoch import EPOCH_LUA, EpochGuard, epoch_args
 from jobtap.contract.lease import FENCE_LUA
-from jobtap.events import FINAL, NEW, REMOVED, STATE, UPDATE, make_event, object_key
+from jobtap.events import (
+    EVENT_VERSION,
+    EVENT_VERSIONS,
+    FINAL,
+    NEW,
+    REMOVED,
+    STATE,
+    UPDATE,
+    make_event,
+    object_key,
+)
 from jobtap.keys import SiteKeys
 from jobtap.schema import (
     BOOKKEEPING,
@@ -98,6 +113,16 @@ class Settings:
     # How long a vanished job that was never stored is waited for: the older
     # chunk that brings it may be in another worker's hands right now.
     vanished_wait: float = 5.0
+    # The event format written (jobtap.events): 2 leaves the native record out
+    # of events (it stays in the hash); 1 for sites whose consumers still read
+    # it from events.
+    event_version: int = EVENT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.event_version not in EVENT_VERSIONS:
+            raise ValueError(
+                f"event_version must be one of {EVENT_VERSIONS}, not {self.event_version!r}"
+            )
 
 
 class _Fenced(Exception):
@@ -322,11 +347,7 @@ class Applier:
                 object_keys.append(keys.job(user, it["id"]))
             else:
                 object_keys.append(None)
-        pipe = dest.reader.pipeline(transaction=False)
-        for k in object_keys:
-            if k is not None:
-                pipe.hgetall(k)
-        replies = iter(pipe.execute())
+        replies = iter(dest.read_hashes([k for k in object_keys if k is not None]))
         return [
             (it, user, okey, next(replies) if okey is not None else None)
             for it, user, okey in zip(items, users, object_keys)
@@ -425,6 +446,7 @@ class Applier:
         event = make_event(
             site=keys.site, epoch=w.epoch, kind=kind, type=etype, object_id=oid, user=w.user,
             version=version, observed_at=w.chunk.observed_at, changes=changes, record=record,
+            event_version=self.settings.event_version,
         )  # fmt: skip
         if kind == JOB:
             assert w.user is not None

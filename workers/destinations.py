@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 import redis
+from hiredis import pack_command
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
@@ -65,6 +66,23 @@ class Destination:
     def close(self) -> None:
         self.reader.close()
 
+    def read_hashes(self, keys: list[str]) -> list[dict[str, str]]:
+        """``HGETALL`` of each of ``keys`` (``{}`` for a missing one), sent at once
+        on one connection of the reader and read back reply by reply: what a
+        redis-py pipeline does, without its Python work per command, which cost
+        the worker more than the parsing."""
+        pool = self.reader.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([pack_command(("HGETALL", key)) for key in keys])
+            flat = [conn.read_response() for _ in keys]  # RESP2: [field, value, ...]
+        except BaseException:
+            conn.disconnect()  # replies may be left unread: never reuse this socket
+            raise
+        finally:
+            pool.release(conn)
+        return [dict(zip(it, it)) for it in map(iter, flat)]
+
     def wait_for_a_replica(self, timeout_ms: int) -> None:
         """Block until a replica has everything written so far, or ``timeout_ms``.
         A shard whose replicas do not answer is written without waiting for a
@@ -97,8 +115,11 @@ class Destinations:
 
     def _make(self, writer: redis.Redis, replicas: int = 0, address: str = "") -> Destination:
         writer.script_load(self.text)  # batches are sent by sha without waiting for a reply
-        return Destination(writer, twin(writer, decode_responses=True),
-                      writer.register_script(self.text), replicas, address)  # fmt: skip
+        # The reader reads whole hashes: in RESP2 a reply is a flat array, which
+        # costs the worker about a third less CPU to parse than RESP3's map (the
+        # same dict comes out).  RESP2 has no maintenance notifications.
+        reader = twin(writer, decode_responses=True, protocol=2, maint_notifications_config=None)
+        return Destination(writer, reader, writer.register_script(self.text), replicas, address)
 
     def for_site(self, keys: SiteKeys) -> Destination:
         if self._plain is not None:

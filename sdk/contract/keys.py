@@ -10,6 +10,7 @@ built from them match exactly one user and nothing else.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from urllib.parse import unquote
 
 from ..errors import BadName
@@ -41,6 +42,7 @@ _SAFE_USER = re.compile(r"[^A-Za-z0-9._-]")
 _SITE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+@lru_cache(maxsize=16384)  # a worker names each user's keys for every change of theirs
 def escape_user(user: str) -> str:
     """Percent-encode every byte of ``user`` outside ``[A-Za-z0-9._-]``.
 

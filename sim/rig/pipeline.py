@@ -35,6 +35,14 @@ def site_events(r: redis.Redis, site: str) -> list[dict]:
     return [orjson.loads(f[b"event"]) for _, f in r.xrange(SiteKeys(site).events)]
 
 
+def final_record(r: redis.Redis, site: str, event: dict) -> dict:
+    """A job's ``final`` event's record with the job's native record, which
+    events leave in the hash (format 2): a final's hash is not written again,
+    so its ``native`` is the final's (``None`` once the hash has expired)."""
+    raw = r.hget(SiteKeys(site).job(event["user"], event["object_id"]), "native")
+    return {**event["record"], "native": orjson.loads(raw) if raw else None}
+
+
 def meta(r: redis.Redis, site: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in r.hgetall(SiteKeys(site).meta).items()}
 

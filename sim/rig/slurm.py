@@ -25,7 +25,7 @@ from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.schema import TERMINAL
 from sim.rig.paths import ROOT
-from sim.rig.pipeline import drain, meta, site_events
+from sim.rig.pipeline import drain, final_record, meta, site_events
 from sim.rig.procs import JOBTAP
 from sim.rig.wait import eventually
 
@@ -357,8 +357,9 @@ class Harness:
         return state in self.states(job_id)
 
     def final(self, job_id: str) -> dict | None:
+        """The record of the job's final, with its native record (from the hash)."""
         finals = [e for e in self.events(job_id) if e["type"] == "final"]
-        return finals[-1]["record"] if finals else None
+        return final_record(self.r, SITE, finals[-1]) if finals else None
 
     def summary(self) -> dict[str, list]:
         out: dict[str, list] = {}
@@ -408,7 +409,7 @@ def assert_lifecycle(
     assert ranks == sorted(ranks), f"job {job_id} went back: {states}"
     for state in must_see:
         assert state in states, f"job {job_id}: {state} not observed in {states}"
-    record = events[-1]["record"]
+    record = final_record(h.r, SITE, events[-1])
     state, status = final
     statuses = status if isinstance(status, frozenset) else {status}
     assert record["state"] == state and record["exit_status"] in statuses, (

@@ -50,6 +50,30 @@ def test_collector_once_worker_burst_status(redis_server, r, tmp_path, monkeypat
     assert "0 waiting" in res.stdout
 
 
+def test_worker_event_version(redis_server, r):
+    """--event-version 1 (or JOBTAP_EVENT_VERSION=1) writes the events of before,
+    native in them; the default, 2, leaves it out; anything else is one line."""
+    env = {**_env(), "JOBTAP_REDIS": redis_server.url}
+    for site, args, extra, version in (
+        ("ev1", ["--event-version", "1"], {}, 1),
+        ("ev1env", [], {"JOBTAP_EVENT_VERSION": "1"}, 1),
+        ("ev2", [], {}, 2),
+    ):
+        site_env = {**env, **extra, "JOBTAP_SITE": site}
+        res = run_jobtap("collector", "--once", "--sim-jobs", "20", "--sim-nodes", "2",
+                         env=site_env)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        res = run_jobtap("worker", "--burst", *args, env=site_env)
+        assert res.returncode == 0, res.stderr
+        events = site_events(r, site)
+        assert events and {e.get("event_version", 1) for e in events} == {version}, site
+        assert {"native" in e["record"] for e in events} == {version == 1}, site
+    res = run_jobtap("worker", "--burst", "--event-version", "3", env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    (line,) = [x for x in res.stderr.splitlines() if x.startswith("Error:")]
+    assert "'--event-version': '3' is not one of '1', '2'" in line
+
+
 def test_pbs_collector_with_missing_qstat_fails_clearly(redis_server, r, tmp_path):
     res = run_jobtap("collector", "--once", "--backend", "pbs", "--qstat", str(tmp_path / "qstat"),
                  "--redis", redis_server.url, "--site", "cli2")  # fmt: skip

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sim.rig.cmdlog import CommandLog, status_calls
-from sim.rig.pipeline import site_events
+from sim.rig.pipeline import final_record, site_events
 from sim.rig.psij_upstream import jobtap_on_slurm
 from sim.rig.slurm import SITE
 from sim.rig.snakemake import run_workflow, write_workflow
@@ -43,7 +43,7 @@ def jobs_span(r, workdir: Path) -> float:
     the workflow's jobs (those run in ``workdir``: other tests' jobs, cancelled by
     the ``clean`` fixture, may end meanwhile, and the reconciliation brings older
     ones)."""
-    finals = [e["record"] for e in site_events(r, SITE) if e["type"] == "final"]
+    finals = [final_record(r, SITE, e) for e in site_events(r, SITE) if e["type"] == "final"]
     ours = [f for f in finals if _workdir(f) == str(workdir)]
     assert len(ours) == 4 and all(f["start_time"] and f["end_time"] for f in ours), [
         (f["id"], f["name"], f["state"], _workdir(f)) for f in finals

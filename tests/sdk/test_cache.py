@@ -27,6 +27,21 @@ def test_job_and_unknown_job(client, writer):
     assert client.job("1.pbs", user="bob") is None  # not bob's
 
 
+def test_native_on_request_and_in_records_read_from_the_cache(client, writer, r):
+    """Events leave the native record out; the cache's hashes keep it: in the
+    records read from them, and alone with native()."""
+    writer.job("1.pbs", user="alice", native={"job_state": "Q", "Job_Owner": "alice@vm", "x": 1})
+    want = {"job_state": "Q", "Job_Owner": "alice@vm", "x": 1}
+    assert client.native("1.pbs") == want == client.job("1.pbs").native
+    assert client.native("1.pbs", user="alice") == want
+    assert [j.native for j in client.jobs(user="alice")] == [want]
+    assert client.jobs_by_id(["1.pbs"], user="alice")["1.pbs"].native == want
+    assert client.native("1.pbs", user="bob") is None  # not bob's
+    assert client.native("404.pbs") is None
+    writer.node("n1")
+    assert client.node("n1").native == {"state": "free"}
+
+
 def test_jobs_by_user_and_state_like_qstat(client, writer):
     writer.job("10.pbs", user="alice")
     writer.job("9.pbs", user="alice", state="running")

@@ -173,6 +173,24 @@ def test_export_ndjson_and_groups(cli, writer, r):
     assert r.xpending(K.events, "g")["pending"] == 0
 
 
+def test_export_native_joins_the_hashes_native_records(cli, writer, r):
+    writer.job("1.pbs", state="running")
+    writer.job("2.pbs", user="bob")
+    writer.finish("2.pbs")
+    r.delete(K.job("bob", "2.pbs"))  # its retention is over: the hash expired
+    plain = [orjson.loads(x) for x in cli("export", "--since", "0", "--idle", "0.3").output.split()]
+    assert all("native" not in e["record"] for e in plain)  # format 2
+    result = cli("export", "--since", "0", "--idle", "0.3", "--native")
+    assert result.exit_code == 0, result.output
+    joined = [orjson.loads(x) for x in result.output.splitlines()]
+    assert [e["record"]["native"] for e in joined] == [
+        {"job_state": "R", "Job_Owner": "alice@vm"}, None, None,
+    ]  # fmt: skip
+    for a, b in zip(plain, joined, strict=True):
+        assert {**a, "record": {**a["record"], "native": b["record"]["native"]}} == b
+    assert "null once the hash has expired" in " ".join(cli("export", "--help").output.split())
+
+
 def test_expected_failures_are_one_line(hermetic, tmp_path):
     from jobtap.sim.localredis import free_port
 

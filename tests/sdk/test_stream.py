@@ -10,7 +10,9 @@ import pytest
 
 import jobtap
 from jobtap.dedupe import VersionMemory
+from jobtap.events import format_of
 from jobtap.sim.localredis import RedisServer
+from jobtap.workers.apply import Settings
 from sim.rig.wait import eventually
 from tests.support.ids import eid
 from tests.support.sdk import SITE, K, Writer
@@ -155,8 +157,8 @@ def test_leaving_the_block_with_an_error_acks_nothing_more(client, writer, r):
     assert r.xpending(K.events, "g")["pending"] == 2
 
 
-@pytest.mark.parametrize("group", [None, "g"])
-def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
+@pytest.mark.parametrize(("group", "native"), [(None, False), ("g", False), (None, True)])
+def test_resumes_after_redis_restarts(tmp_path, hermetic, group, native):
     (tmp_path / "redis").mkdir()
     server = RedisServer(
         tmp_path / "redis", args=["--appendonly", "yes", "--appendfsync", "always"]
@@ -167,14 +169,18 @@ def test_resumes_after_redis_restarts(tmp_path, hermetic, group):
         for i in range(5):
             w.job(f"{i}.pbs")
         client = jobtap.Client(server.url, site=SITE, backoff=(0.1, 0.5))
-        s = client.stream(group=group, since="0", count=3, block=0.2, idle_timeout=5.0)
-        got = [next(s).id for _ in range(4)]
+        s = client.stream(
+            group=group, since="0", count=3, block=0.2, idle_timeout=5.0, native=native
+        )
+        changes = [next(s) for _ in range(4)]
         server.stop()  # the stream finds out at its next read
         server.start()
         for i in range(5):
             w.job(f"{i}.pbs", state="running")
-        got += [next(s).id for _ in range(6)]  # idle_timeout bounds the wait
-        assert got == all_ids(r)
+        changes += [next(s) for _ in range(6)]  # idle_timeout bounds the wait
+        assert [c.id for c in changes] == all_ids(r)
+        if native:  # joined before and after the restart alike
+            assert all(c.event["record"]["native"]["Job_Owner"] for c in changes)
         s.close()
         client.close()
     finally:
@@ -194,3 +200,59 @@ def test_unreachable_redis_is_a_clear_error(hermetic):
 def test_bad_since(client):
     with pytest.raises(jobtap.ConfigError):
         client.stream(since="yesterday")
+
+
+def write_both_formats(writer) -> None:
+    """1.pbs's first two versions in format 1 (a worker at --event-version 1),
+    its next two in format 2: a stream in the middle of a site's upgrade."""
+    writer.applier.settings = Settings(event_version=1)
+    writer.job("1.pbs")
+    writer.job("1.pbs", state="running")
+    writer.applier.settings = Settings()
+    writer.job("1.pbs", comment="hi")
+    writer.finish("1.pbs", exit_status=0)
+
+
+def test_both_event_formats_are_delivered_the_same_way(client, writer, r):
+    write_both_formats(writer)
+    stored = [orjson.loads(f[b"event"]) for _, f in r.xrange(K.events)]
+    assert [format_of(e) for e in stored] == [1, 1, 2, 2]
+    assert ["native" in e["record"] for e in stored] == [True, True, False, False]
+    got = list(client.stream(since="0", idle_timeout=0.3))
+    assert [(c.type, c.version) for c in got] == [("new", 1), ("state", 2), ("update", 3),
+                                                  ("final", 4)]  # fmt: skip
+    assert [c.record.native for c in got] == [None] * 4  # whatever the format
+    assert [c.record.state for c in got] == ["queued", "running", "running", "completed"]
+    assert got[1].changes["native.job_state"] == ["Q", "R"]
+    assert got[3].changes["native.job_state"] == ["R", "C"]
+    assert got[3].record.final and got[3].record.exit_status == 0
+    assert [c.json for c in got] == [f[b"event"] for _, f in r.xrange(K.events)]  # as written
+
+
+def test_native_joined_in_per_batch_from_the_hashes(client, writer, r):
+    """stream(native=True): each event gets its object's native record from the
+    hash (null once the hash is gone); a format-1 event keeps its own."""
+    write_both_formats(writer)
+    writer.job("2.pbs", user="bob")
+    writer.node("n1")
+    writer.remove_node("n1")
+    r.delete(K.job("bob", "2.pbs"))  # as when a finished job's hash expires
+    plain = list(client.stream(since="0", idle_timeout=0.3))
+    got = list(client.stream(since="0", count=3, idle_timeout=0.3, native=True))
+    assert [c.id for c in got] == [c.id for c in plain]
+    stored = r.hget(K.job("alice", "1.pbs"), "native")
+    natives = [c.event["record"]["native"] for c in got]
+    assert natives == [
+        {"job_state": "Q", "Job_Owner": "alice@vm"},  # format 1: its own, of version 1
+        {"job_state": "R", "Job_Owner": "alice@vm"},  # of version 2
+        orjson.loads(stored),  # format 2: the hash's
+        orjson.loads(stored),
+        None,  # 2.pbs: its hash expired
+        None,  # n1: removed, its hash with it
+        None,
+    ]
+    assert [orjson.loads(c.json) for c in got] == [c.event for c in got]
+    assert {k: v for k, v in got[2].event["record"].items() if k != "native"} == (
+        plain[2].event["record"]
+    )
+    assert all(c.record.native is None for c in got)  # a change's record: never

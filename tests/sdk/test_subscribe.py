@@ -10,6 +10,8 @@ import time
 import pytest
 
 import jobtap
+from jobtap.events import format_of
+from jobtap.workers.apply import Settings
 from sim.rig.wait import eventually
 from tests.support.sdk import K, Recorder, pubsub_clients
 
@@ -90,6 +92,31 @@ def test_attrs_native_matches_native_subkeys(client, writer):
     writer.job("1.pbs", native={"job_state": "Q", "Job_Owner": "alice@vm", "substate": 11})
     rec.wait_count(1)
     assert rec.changes[0].changes == {"native.substate": [None, 11]}
+
+
+def test_both_event_formats_and_initial_records_look_alike_to_a_callback(client, writer):
+    """An initial change (made from the hash, which has native), format-1 events
+    (native in them) and format-2 events (none): the same record to a callback,
+    without native, and native.KEY changes in every event."""
+    writer.job("1.pbs")
+    rec = Recorder()
+    client.subscribe(rec, jobs=["1.pbs"])
+    writer.applier.settings = Settings(event_version=1)
+    writer.job("1.pbs", state="running")
+    writer.applier.settings = Settings()
+    writer.finish("1.pbs", exit_status=0)
+    rec.wait_count(3)
+    assert [(c.type, format_of(c.event)) for c in rec.changes] == [
+        ("initial", 2), ("state", 1), ("final", 2),
+    ]  # fmt: skip
+    assert [c.record.native for c in rec.changes] == [None] * 3
+    assert "native" not in rec.changes[0].event["record"]  # made in format 2
+    assert "native" in rec.changes[1].event["record"]  # as written
+    assert rec.changes[1].changes["native.job_state"] == ["Q", "R"]
+    assert rec.changes[2].changes["native.job_state"] == ["R", "C"]
+    assert [c.record.state for c in rec.changes] == ["queued", "running", "completed"]
+    # the native record, on request: from the hash
+    assert client.native("1.pbs") == {"job_state": "C", "Job_Owner": "alice@vm"}
 
 
 def test_user_scope_sees_new_jobs_and_keeps_going_after_finals(client, writer, barrier):

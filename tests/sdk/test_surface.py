@@ -72,7 +72,8 @@ def _parameters(fn) -> list[tuple[str, object, object, object]]:
 
 
 @pytest.mark.parametrize(
-    "name", ["__init__", "job", "jobs", "node", "nodes", "queue", "queues", "stream", "wait"]
+    "name",
+    ["__init__", "job", "jobs", "native", "node", "nodes", "queue", "queues", "stream", "wait"],
 )
 def test_the_asyncio_client_has_the_sync_clients_signatures(name):
     sync, aio = getattr(jobtap.Client, name), getattr(jobtap.aio.Client, name)

@@ -12,7 +12,7 @@ from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier, Settings
-from sim.rig.records import job_record
+from sim.rig.records import job_record, node_record
 from sim.rig.wait import eventually
 from tests.support.ids import eid
 
@@ -59,6 +59,62 @@ def test_new_update_state_final_versions_and_keys(r):
     assert r.hget(K.owner, "1.pbs") == b"alice"
     assert not r.sismember(K.user_jobs("alice"), "1.pbs")
     assert 0 < r.ttl(K.job("alice", "1.pbs")) <= 2 * 86400
+
+
+FORMAT_1_KEYS = ["id", "site", "epoch", "kind", "type", "object_id", "user", "version",
+                 "observed_at", "changes", "record"]  # fmt: skip
+
+
+def test_events_leave_the_native_record_in_the_hash(r):
+    """Format 2, the default: no native in the event's record, the native keys
+    that changed still in its changes, the whole native record in the hash."""
+    a = Applier(r)
+    a.apply(chunk(1, [up(job())]))
+    a.apply(chunk(2, [up(job(state="running", native={"job_state": "R", "Job_Owner": "x@vm"}))]))
+    for key in (K.events, K.user_events("alice")):
+        evs = events(r, key)
+        assert [e["event_version"] for e in evs] == [2, 2]
+        assert list(evs[0]) == [*FORMAT_1_KEYS, "event_version"]
+        assert all("native" not in e["record"] for e in evs)
+        assert evs[1]["changes"]["native.job_state"] == ["Q", "R"]
+        assert evs[1]["changes"]["native.Job_Owner"] == ["alice@vm", "x@vm"]
+        assert evs[1]["record"]["state"] == "running" and evs[1]["record"]["version"] == 2
+    stored = from_hash(r.hgetall(K.job("alice", "1.pbs")))
+    assert stored["native"] == {"job_state": "R", "Job_Owner": "x@vm"}
+
+
+def test_event_version_1_writes_the_events_of_before(r):
+    """For sites whose consumers still read native from events: the whole
+    record, and no event_version key, byte for byte the event of before."""
+    a = Applier(r, Settings(event_version=1))
+    a.apply(chunk(1, [up(job())]))
+    a.apply(chunk(2, [up(job(state="running"))]))
+    epoch = r.hget(K.meta, "epoch").decode()
+    raw = [f[b"event"] for _, f in r.xrange(K.events)]
+    assert [list(orjson.loads(e)) for e in raw] == [FORMAT_1_KEYS] * 2
+    record = {**job(state="running"), "version": 2, "updated_at": "2026-11-21T15:00:02+00:00"}
+    before = {
+        "id": f"{SITE}:{epoch}:1.pbs:2", "site": SITE, "epoch": epoch, "kind": "job",
+        "type": "state", "object_id": "1.pbs", "user": "alice", "version": 2,
+        "observed_at": "2026-11-21T15:00:02+00:00",
+        "changes": {"state": ["queued", "running"], "native_state": ["Q", "R"],
+                    "native.job_state": ["Q", "R"]},
+        "record": record,
+    }  # fmt: skip
+    assert raw[1] == orjson.dumps(before)
+    assert [f[b"event"] for _, f in r.xrange(K.user_events("alice"))] == raw
+
+
+def test_nodes_events_leave_native_out_too(r):
+    Applier(r).apply(chunk(1, [up(node_record("n1", site=SITE))], kind="node"))
+    (event,) = events(r)
+    assert event["event_version"] == 2 and "native" not in event["record"]
+    assert from_hash(r.hgetall(K.node("n1")))["native"] == {"state": "free"}
+
+
+def test_an_unknown_event_version_is_refused():
+    with pytest.raises(ValueError, match=r"event_version must be one of \(1, 2\), not 3"):
+        Settings(event_version=3)
 
 
 def test_same_record_again_changes_nothing(r):

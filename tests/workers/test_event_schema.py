@@ -5,6 +5,8 @@ code uses."""
 
 from __future__ import annotations
 
+import io
+
 import fastavro
 import jsonschema
 import orjson
@@ -99,3 +101,34 @@ def test_the_schemas_name_what_the_code_uses():
     fields = {f["name"]: f for f in events.avro_schema()["fields"]}
     assert list(fields) == list(events.Event.__annotations__)
     assert fields["type"]["type"]["symbols"] == list(events.EVENT_TYPES)
+
+
+def test_both_formats_validate_and_old_avro_messages_read_as_format_1():
+    """A format-1 event (``jobtap worker --event-version 1``) validates as a
+    format-2 one does; a message written with the Avro schema of before (no
+    event_version) reads with today's as format 1: the field's default is what
+    keeps the two compatible in a schema registry."""
+    fields = dict(
+        site=SITE, epoch="mg3k1x2a7f3c", kind="job", type="new", object_id="1.pbs",
+        user="alice", version=1, observed_at="2026-11-21T15:00:00+00:00", changes={},
+        record={"id": "1.pbs", "site": SITE, "scheduler": "pbs", "user": "alice",
+                "state": "queued", "version": 1, "updated_at": "2026-11-21T15:00:00+00:00",
+                "native": {"job_state": "Q"}},
+    )  # fmt: skip
+    old, new = events.make_event(**fields, event_version=1), events.make_event(**fields)
+    assert "event_version" not in old and old["record"]["native"] == {"job_state": "Q"}
+    assert new["event_version"] == 2 and "native" not in new["record"]
+    for event in (old, new):
+        check(event)
+    assert events.to_avro(old)["event_version"] == 1
+    assert events.to_avro(new)["record"].keys() == events.to_avro(old)["record"].keys() - {"native"}
+    today = events.avro_schema()
+    before = {**today, "fields": [f for f in today["fields"] if f["name"] != "event_version"]}
+    buf = io.BytesIO()
+    message = {k: v for k, v in events.to_avro(old).items() if k != "event_version"}
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(before), message)
+    buf.seek(0)
+    read = fastavro.schemaless_reader(
+        buf, fastavro.parse_schema(before), fastavro.parse_schema(today)
+    )
+    assert read["event_version"] == 1 and read["record"]["native"] == '{"job_state":"Q"}'
