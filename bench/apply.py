@@ -3,6 +3,7 @@
     python -m bench.apply [--jobs 20000] [--chunk 500] [--rounds 3] [--metrics | --compare]
     python -m bench.apply --jobs 20000 --rounds 6 --against [REV]
     python -m bench.apply --jobs 20000 --profile
+    python -m bench.apply --jobs 20000 --rounds 4 --config-side "hash-max-listpack-value 8192"
 
 Starts its own redis-server on a free port.  Round 1 applies ``--jobs`` new jobs;
 each later round changes every one of them (a state change and new
@@ -33,6 +34,15 @@ commandstats`` per change (the script's own commands counted inside
 own: the reads (HGETALL of every record), the scripts' arguments handed to a
 script that does nothing (what bringing them into Lua costs), and a round
 applied in full.
+
+``--redis-config "NAME VALUE"`` (repeatable): every redis-server the bench starts runs
+with that directive too (as a redis.conf line says it).  ``--config-side "NAME VALUE"``
+(repeatable): this tree's apply step on two redis-servers, one as ``--redis-config``
+leaves it ("default") and one with these directives too ("config"), rounds alternated
+ABBA as ``--against`` does; prints the same figures, the job hashes' encoding and
+``used_memory`` of each side, and their ratios.  ``--pad-native BYTES``: each job's
+native record grows by about that many bytes (``Variable_List``), to measure a
+Slurm-sized record (the fixture's PBS records are about 1.1 KB of JSON).
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -74,14 +86,19 @@ def redis_cpu(r) -> float:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
-def sample_natives(n: int) -> list[tuple[str, dict]]:
-    """``n`` real PBS job records (the 5,000-job fixture, repeated with new ids)."""
+def sample_natives(n: int, pad: int = 0) -> list[tuple[str, dict]]:
+    """``n`` real PBS job records (the 5,000-job fixture, repeated with new ids);
+    with ``pad``, each one's ``Variable_List`` grows by about that many bytes of
+    environment (as ``qsub -V`` exports a login's), so that ``native`` is as large
+    as a Slurm job's (``squeue --json``: up to 6 KB in tests/fixtures/slurm)."""
     jobs = list(orjson.loads(gzip.open(FIXTURE).read())["Jobs"].values())
     users = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     out = []
     for i in range(n):
         native = copy.deepcopy(jobs[i % len(jobs)])
         native["Job_Owner"] = f"{users[i % len(users)]}@vm"
+        for v in range(pad // 64):  # 64 bytes of JSON each: "BENCH_VAR_0001":"xxx...",
+            native["Variable_List"][f"BENCH_VAR_{v:04d}"] = f"{i}-{v}".ljust(44, "x")
         out.append((f"{i}.vm", native))
     return out
 
@@ -155,28 +172,50 @@ def applier_at(rev: str) -> type:
     return applier
 
 
-def against(natives, chunk: int, rounds: int, rev: str) -> None:
-    """The apply step of ``rev`` and this tree's on the same records: each side on
-    a redis-server of its own (same streams, same hashes), a first round of new
-    jobs, then rounds of changes in ABBA order."""
-    sides = {"before": applier_at(rev), "after": Applier}
-    servers = {k: RedisServer().start() for k in sides}
+def config_args(directives: list[str]) -> list[str]:
+    """redis-server's command-line arguments for ``"name value"`` directives, as a
+    redis.conf line says them (``"hash-max-listpack-value 8192"``)."""
+    out = []
+    for d in directives:
+        name, _, value = d.strip().partition(" ")
+        out += [f"--{name}", *value.split()]
+    return out
+
+
+@dataclass
+class Side:
+    """One side of a side-by-side run: an ``Applier`` class and its redis-server's
+    extra configuration (``config_args``)."""
+
+    applier: type
+    server_args: list[str] = field(default_factory=list)
+
+
+def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Side], about: str) -> None:
+    """Two sides on the same records, each on a redis-server of its own (same
+    streams, same hashes): a first round of new jobs, then rounds of changes in
+    ABBA order.  Prints Redis CPU µs per change and changes/s of each, the ratio of
+    the second to the first, the job hashes' encoding and ``used_memory``."""
+    a, b = sides
+    servers = {k: RedisServer(args=s.server_args).start() for k, s in sides.items()}
     try:
         clients = {k: servers[k].client() for k in sides}
-        appliers = {k: cls(clients[k]) for k, cls in sides.items()}
+        appliers = {k: s.applier(clients[k]) for k, s in sides.items()}
         results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
         new = {k: apply_round(appliers[k], natives, chunk, 0, clients[k]) for k in sides}
         # the same cycle on both sides: each round's records are made once per side
         for i in range(2 * rounds):
-            order = ("before", "after") if (i // 2) % 2 == 0 else ("after", "before")
+            order = (a, b) if (i // 2) % 2 == 0 else (b, a)
             k = order[i % 2]
             results[k].append(apply_round(appliers[k], natives, chunk, 1 + i // 2, clients[k]))
         events = {k: clients[k].xlen(SiteKeys(SITE).events) for k in sides}
+        encodings = {k: job_encodings(clients[k], natives) for k in sides}
+        memory = {k: clients[k].info("memory")["used_memory"] for k in sides}
     finally:
         for server in servers.values():
             server.stop()
     print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA); "
-          f"before = {rev}, after = this tree")  # fmt: skip
+          f"{about}")  # fmt: skip
     print("side     new jobs: Redis µs/change  changes/s | changes: Redis µs/change (each round)"
           "   median   changes/s median   worker CPU µs/change median")  # fmt: skip
     med = {}
@@ -188,10 +227,24 @@ def against(natives, chunk: int, rounds: int, rev: str) -> None:
         print(f"{k:<7}  {new[k][2]:>26.1f} {new[k][0]:>10,.0f} | "
               + " ".join(f"{x:.1f}" for x in server_us)
               + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}   {worker_us:.1f}")  # fmt: skip
-    print(f"Redis CPU per change, before / after: {med['before'][0] / med['after'][0]:.2f}x "
-          f"(new jobs {new['before'][2] / new['after'][2]:.2f}x); changes/s after / before: "
-          f"{med['after'][1] / med['before'][1]:.2f}x")  # fmt: skip
-    print(f"events in each site stream: {events['before']:,} before, {events['after']:,} after")
+    print(f"Redis CPU per change, {b} / {a}: {med[b][0] / med[a][0]:.2f}x "
+          f"(new jobs {new[b][2] / new[a][2]:.2f}x); changes/s {b} / {a}: "
+          f"{med[b][1] / med[a][1]:.2f}x")  # fmt: skip
+    print("events in each site stream: " + ", ".join(f"{events[k]:,} {k}" for k in sides))
+    for k in sides:
+        enc = ", ".join(f"{e} {n:,}" for e, n in encodings[k].most_common())
+        print(f"{k}: job hashes {enc}; used_memory {memory[k] / 1e6:,.1f} MB")
+    print(f"used_memory {b} / {a}: {memory[b] / memory[a]:.2f}x")
+
+
+def job_encodings(r, natives, sample: int = 1000) -> Counter[str]:
+    """``OBJECT ENCODING`` of up to ``sample`` of the job hashes, spread over them."""
+    keys = SiteKeys(SITE)
+    step = max(1, len(natives) // sample)
+    pipe = r.pipeline(transaction=False)
+    for jid, native in natives[::step]:
+        pipe.object("encoding", keys.job(native["Job_Owner"].split("@")[0], jid))
+    return Counter((e or b"none").decode() for e in pipe.execute())
 
 
 def hook_costs(r, chunk: int, calls: int = 2_000) -> tuple[float, float]:
@@ -255,9 +308,9 @@ def bench_rq(
     return out
 
 
-def profile(natives, chunk: int) -> None:
+def profile(natives, chunk: int, server_args: list[str]) -> None:
     """Where Redis' CPU goes in a round of changes (see the module's docstring)."""
-    server = RedisServer().start()
+    server = RedisServer(args=server_args).start()
     try:
         r = server.client()
         applier = Applier(r)
@@ -336,19 +389,44 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="where Redis' CPU goes")
     ap.add_argument("--against", nargs="?", const=BEFORE, metavar="REV",
                     help=f"commit REV's apply step beside this one (default {BEFORE})")  # fmt: skip
+    ap.add_argument(
+        "--redis-config",
+        action="append",
+        default=[],
+        metavar="'NAME VALUE'",
+        help="a redis.conf directive for every redis-server (repeatable)",
+    )
+    ap.add_argument(
+        "--config-side",
+        action="append",
+        default=[],
+        metavar="'NAME VALUE'",
+        help="this apply step on a server without and one with these directives",
+    )
+    ap.add_argument("--pad-native", type=int, default=0, metavar="BYTES",
+                    help="grow each job's native record by about BYTES")  # fmt: skip
     args = ap.parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    natives = sample_natives(args.jobs)
+    natives = sample_natives(args.jobs, args.pad_native)
     tune_gc()  # what `jobtap worker` does at start; also keeps the bench's own data out of GC
+    base = config_args(args.redis_config)
     if args.against:
-        against(natives, args.chunk, args.rounds, args.against)
+        sides = {"before": Side(applier_at(args.against), base), "after": Side(Applier, base)}
+        about = f"before = {args.against}, after = this tree"
+        side_by_side(natives, args.chunk, args.rounds, sides, about)
+        return
+    if args.config_side:
+        config = config_args(args.config_side)
+        sides = {"default": Side(Applier, base), "config": Side(Applier, base + config)}
+        about = f"default = {base or 'redis-server as built'}, config = {base + config}"
+        side_by_side(natives, args.chunk, args.rounds, sides, about)
         return
     if args.profile:
-        profile(natives, args.chunk)
+        profile(natives, args.chunk, base)
         return
-    server = RedisServer().start()
+    server = RedisServer(args=base).start()
     try:
         r = server.client()
         if args.compare:
