@@ -1,7 +1,8 @@
 """Redis memory of a simulated PBS site at the workers' default retention.
 
     python -m bench.memory [--jobs 100000] [--users 200] [--interval 30] [--usage-interval 600]
-    python -m bench.memory --jobs 10000          # a quick run (about a minute)
+    python -m bench.memory --jobs 10000          # a quick run (about a minute a side)
+    python -m bench.memory --jobs 20000 --sides today,listpack
 
 Fills a redis-server of its own like a site whose last ``--jobs`` jobs are within the
 retention of a finished job's hash (2 days by default), through the real worker path
@@ -57,10 +58,13 @@ bench's own server, restored after), with ``native`` in a key of its own, withou
 fields held twice, and ``native`` alone (copies of a sample of the hashes in database 1,
 under the same key names, deleted after).
 
-Sides: ``SIDES`` maps a name to the workers' ``Settings``; each side is filled the same
-way (same seed, same records) on a redis-server of its own, one after the other, and the
-breakdowns are printed side by side with the ratio of ``used_memory`` of each side to
-the first.  Adding a side is one line there.
+Sides: ``SIDES`` maps a name to a ``Side``: the workers' ``Settings`` and the redis.conf
+directives its redis-server runs with ("today": ``Settings()`` on a redis-server as built;
+"listpack": the same with deploy/redis/jobtap.conf's ``hash-max-listpack-value``); each
+side is filled the same way (same seed, same records) on a redis-server of its own, one
+after the other, and the breakdowns are printed side by side with the ratio of
+``used_memory`` of each side to the first.  Adding a side is one line there; ``--sides
+today,listpack`` runs only those (all by default).
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ from typing import Any
 
 import orjson
 
+from bench.apply import config_args
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import CycleReport, compare, normalise_many
 from jobtap.collector.fingerprint import fingerprint_all
@@ -99,11 +104,26 @@ from jobtap.workers.service import tune_gc
 SITE = "hpc1"
 MB = 1e6
 
-# The sides: name -> the workers' Settings.  Each is filled on a redis-server of its own
-# and printed beside the others; the first is the one the others are compared with.
-# The lean events' change compares Settings(event_version=1) with Settings(event_version=2).
-SIDES: dict[str, Settings] = {
-    "today": Settings(),
+
+@dataclass(frozen=True)
+class Side:
+    """What a side is: the workers' Settings, and the redis.conf directives of its
+    redis-server ("hash-max-listpack-value 8192"), on top of a redis-server as built."""
+
+    settings: Settings
+    redis_config: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.settings}; redis-server {list(self.redis_config) or 'as built'}"
+
+
+# The sides: name -> Side.  Each is filled on a redis-server of its own and printed
+# beside the others; the first is the one the others are compared with.  The lean
+# events' change compares Settings(event_version=1) with Settings(event_version=2).
+SIDES: dict[str, Side] = {
+    "today": Side(Settings()),
+    # deploy/redis/jobtap.conf's: a job hash is a listpack, not a hashtable
+    "listpack": Side(Settings(), ("hash-max-listpack-value 8192",)),
 }
 
 
@@ -566,10 +586,10 @@ ORDER = (
 )  # fmt: skip
 
 
-def print_fill(name: str, settings: Settings, site: Site, filled: Filled) -> None:
+def print_fill(name: str, side: Side, site: Site, filled: Filled) -> None:
     finals = ", ".join(f"{n:,} {s}" for s, n in filled.finals.most_common())
     events = ", ".join(f"{n:,} {t}" for t, n in sorted(filled.applied.items()))
-    print(f"[{name}] {settings}")
+    print(f"[{name}] {side}")
     print(f"  filled in {filled.seconds:.0f} s: {filled.cycles:,} collector cycles of "
           f"{site.interval:g} virtual s ({filled.virtual_hours:.1f} virtual hours), "
           f"{filled.nodes:,} nodes, {site.users} users")  # fmt: skip
@@ -736,12 +756,12 @@ def print_anatomy(name: str, a: Anatomy, measured: Measured) -> None:
 
 
 # -- main --------------------------------------------------------------------------------
-def run_side(name: str, settings: Settings, site: Site, sample: int) -> tuple[Measured, Anatomy]:
-    server = RedisServer().start()
+def run_side(name: str, side: Side, site: Site, sample: int) -> tuple[Measured, Anatomy]:
+    server = RedisServer(args=config_args(list(side.redis_config))).start()
     try:
         r = server.client()
-        filled = fill(r, settings, site)
-        print_fill(name, settings, site, filled)
+        filled = fill(r, side.settings, site)
+        print_fill(name, side, site, filled)
         measured = measure(r)
         a = anatomy(r, measured, sample)
         free_by_kind(r, measured)
@@ -764,7 +784,10 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=2000,
                     help="job hashes of each kind (live, finished) looked at closely")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sides", default=",".join(SIDES),
+                    help=f"the sides to fill, in this order (of {', '.join(SIDES)})")  # fmt: skip
     args = ap.parse_args()
+    sides = {name: SIDES[name] for name in args.sides.split(",")}
     logging.basicConfig(level=logging.WARNING)
     tune_gc()
     site = Site(
@@ -773,10 +796,10 @@ def main() -> None:
     )  # fmt: skip
     measured: dict[str, Measured] = {}
     anatomies: dict[str, Anatomy] = {}
-    for name, settings in SIDES.items():
-        measured[name], anatomies[name] = run_side(name, settings, site, args.sample)
+    for name, side in sides.items():
+        measured[name], anatomies[name] = run_side(name, side, site, args.sample)
     print_breakdown(measured)
-    for name in SIDES:
+    for name in sides:
         print_anatomy(name, anatomies[name], measured[name])
 
 
