@@ -44,6 +44,10 @@ a side on the project's 2-core machine shared with other work (load average 3;
 docs/performance.md); events and expiry times are stamped with the wall clock, so
 nothing is trimmed by age and no hash expires.
 
+With the fill, the CPU redis-server spent in it (``INFO cpu``) per event applied: the
+sides are filled one after the other, not alternated, so a shared machine's load moves it
+more than ``bench.apply --config-side`` (ABBA) is moved.
+
 What it prints, after the fill (``MEMORY USAGE key SAMPLES 0`` of every key, over a
 ``SCAN``): ``used_memory``, ``used_memory_dataset`` and the RSS; the bytes of each key
 kind (named after ``jobtap.keys.SiteKeys``, whose key names it matches, split into the
@@ -85,7 +89,7 @@ from typing import Any
 
 import orjson
 
-from bench.apply import config_args
+from bench.apply import config_args, redis_cpu
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import CycleReport, compare, normalise_many
 from jobtap.collector.fingerprint import fingerprint_all
@@ -175,6 +179,7 @@ class Filled:
     live: int = 0
     applied: Counter[str] = field(default_factory=Counter)  # events by type and kind
     finals: Counter[str] = field(default_factory=Counter)  # final states
+    redis_cpu: float = 0.0  # seconds of CPU redis-server spent in the fill (INFO cpu)
 
 
 def observed(t: float) -> str:
@@ -253,6 +258,7 @@ def fill(r, settings: Settings, site: Site) -> Filled:
     """Fill ``r`` with the site through an ``Applier`` with ``settings``."""
     filled = Filled()
     applier = Applier(r, settings)
+    cpu0 = redis_cpu(r)
     t0 = shown = time.perf_counter()
     for c in collect(site, settings.retention, filled):
         if time.perf_counter() - shown > 30:
@@ -264,6 +270,7 @@ def fill(r, settings: Settings, site: Site) -> Filled:
             if etype not in ("events", "skipped", "objects", "conflicts"):
                 filled.applied[f"{c.kind} {etype}"] += n
     filled.seconds = time.perf_counter() - t0
+    filled.redis_cpu = redis_cpu(r) - cpu0
     return filled
 
 
@@ -594,7 +601,10 @@ def print_fill(name: str, side: Side, site: Site, filled: Filled) -> None:
           f"{site.interval:g} virtual s ({filled.virtual_hours:.1f} virtual hours), "
           f"{filled.nodes:,} nodes, {site.users} users")  # fmt: skip
     print(f"  jobs: {filled.jobs:,} ({filled.live:,} live; finished: {finals})")
-    print(f"  events applied: {sum(filled.applied.values()):,} ({events})")
+    applied = sum(filled.applied.values())
+    print(f"  events applied: {applied:,} ({events})")
+    print(f"  Redis CPU in the fill (INFO cpu): {filled.redis_cpu:.1f} s, "
+          f"{1e6 * filled.redis_cpu / max(1, applied):.1f} µs per event")  # fmt: skip
 
 
 def print_breakdown(sides: dict[str, Measured]) -> None:
