@@ -4,6 +4,7 @@
     python -m bench.apply --jobs 20000 --rounds 6 --against [REV]
     python -m bench.apply --jobs 20000 --rounds 4 --event-versions
     python -m bench.apply --jobs 20000 --profile
+    python -m bench.apply --jobs 20000 --rounds 4 --config-side "hash-max-listpack-value 8192"
 
 Starts its own redis-server on a free port.  Round 1 applies ``--jobs`` new jobs;
 each later round changes every one of them (a state change and new
@@ -40,6 +41,15 @@ commandstats`` per change (the script's own commands counted inside
 own: the reads (HGETALL of every record), the scripts' arguments handed to a
 script that does nothing (what bringing them into Lua costs), and a round
 applied in full.
+
+``--redis-config "NAME VALUE"`` (repeatable): every redis-server the bench starts runs
+with that directive too (as a redis.conf line says it).  ``--config-side "NAME VALUE"``
+(repeatable): this tree's apply step on two redis-servers, one as ``--redis-config``
+leaves it ("default") and one with these directives too ("config"), rounds alternated
+ABBA as ``--against`` does; prints the same figures, the job hashes' encoding and
+``used_memory`` of each side, and their ratios.  ``--pad-native BYTES``: each job's
+native record grows by about that many bytes (``Variable_List``), to measure a
+Slurm-sized record (the fixture's PBS records are about 1.1 KB of JSON).
 """
 
 from __future__ import annotations
@@ -55,7 +65,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -82,14 +94,19 @@ def redis_cpu(r) -> float:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
-def sample_natives(n: int) -> list[tuple[str, dict]]:
-    """``n`` real PBS job records (the 5,000-job fixture, repeated with new ids)."""
+def sample_natives(n: int, pad: int = 0) -> list[tuple[str, dict]]:
+    """``n`` real PBS job records (the 5,000-job fixture, repeated with new ids);
+    with ``pad``, each one's ``Variable_List`` grows by about that many bytes of
+    environment (as ``qsub -V`` exports a login's), so that ``native`` is as large
+    as a Slurm job's (``squeue --json``: up to 6 KB in tests/fixtures/slurm)."""
     jobs = list(orjson.loads(gzip.open(FIXTURE).read())["Jobs"].values())
     users = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
     out = []
     for i in range(n):
         native = copy.deepcopy(jobs[i % len(jobs)])
         native["Job_Owner"] = f"{users[i % len(users)]}@vm"
+        for v in range(pad // 64):  # 64 bytes of JSON each: "BENCH_VAR_0001":"xxx...",
+            native["Variable_List"][f"BENCH_VAR_{v:04d}"] = f"{i}-{v}".ljust(44, "x")
         out.append((f"{i}.vm", native))
     return out
 
@@ -163,34 +180,46 @@ def applier_at(rev: str) -> type:
     return applier
 
 
-def against(natives, chunk: int, rounds: int, rev: str) -> None:
-    """The apply step of ``rev`` and this tree's on the same records (see
-    :func:`side_by_side`)."""
-    before = applier_at(rev)
-    print(f"before = {rev}, after = this tree")
-    side_by_side(natives, chunk, rounds, {"before": before, "after": Applier})
+def config_args(directives: list[str]) -> list[str]:
+    """redis-server's command-line arguments for ``"name value"`` directives, as a
+    redis.conf line says them (``"hash-max-listpack-value 8192"``)."""
+    out = []
+    for d in directives:
+        name, _, value = d.strip().partition(" ")
+        out += [f"--{name}", *value.split()]
+    return out
 
 
-def event_versions(natives, chunk: int, rounds: int) -> None:
+@dataclass
+class Side:
+    """One side of a side-by-side run: what makes its apply step from a Redis
+    client (an ``Applier`` class, or a function giving it settings) and its
+    redis-server's extra configuration (``config_args``)."""
+
+    applier: Callable
+    server_args: list[str] = field(default_factory=list)
+
+
+def event_versions(base: list[str]) -> dict[str, Side]:
     """This tree's apply step writing events of format 1 (the whole record) and
-    of format 2 (no native record) on the same records (see :func:`side_by_side`)."""
-    side_by_side(natives, chunk, rounds, {
-        "format 1": lambda r: Applier(r, Settings(event_version=1)),
-        "format 2": lambda r: Applier(r, Settings(event_version=2)),
-    })  # fmt: skip
+    of format 2 (no native record)."""
+    return {
+        "format 1": Side(lambda r: Applier(r, Settings(event_version=1)), base),
+        "format 2": Side(lambda r: Applier(r, Settings(event_version=2)), base),
+    }
 
 
-def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Callable]) -> None:
-    """Two apply steps (``sides``: name -> a callable making one from a Redis
-    client) on the same records: each side on a redis-server of its own (same
-    streams, same hashes), a first round of new jobs, then rounds of changes in
-    ABBA order.  Prints Redis' and the worker's CPU per change, changes/s, and
-    the first side's over the second's."""
+def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Side], about: str) -> None:
+    """Two sides on the same records, each on a redis-server of its own (same
+    streams, same hashes): a first round of new jobs, then rounds of changes in
+    ABBA order.  Prints Redis' and the worker's CPU per change, changes/s and the
+    mean event's bytes of each, the ratios of the second to the first, the job
+    hashes' encoding and ``used_memory``."""
     a, b = sides
-    servers = {k: RedisServer().start() for k in sides}
+    servers = {k: RedisServer(args=s.server_args).start() for k, s in sides.items()}
     try:
         clients = {k: servers[k].client() for k in sides}
-        appliers = {k: make(clients[k]) for k, make in sides.items()}
+        appliers = {k: s.applier(clients[k]) for k, s in sides.items()}
         results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
         new = {k: apply_round(appliers[k], natives, chunk, 0, clients[k]) for k in sides}
         # the same cycle on both sides: each round's records are made once per side
@@ -201,10 +230,13 @@ def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Callable]) -
         keys = SiteKeys(SITE)
         events = {k: clients[k].xlen(keys.events) for k in sides}
         sizes = {k: event_bytes(clients[k], keys.events) for k in sides}
+        encodings = {k: job_encodings(clients[k], natives) for k in sides}
+        memory = {k: clients[k].info("memory")["used_memory"] for k in sides}
     finally:
         for server in servers.values():
             server.stop()
-    print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA)")
+    print(f"jobs: {len(natives):,}, chunk size: {chunk}, {rounds} rounds of changes each (ABBA); "
+          f"{about}")  # fmt: skip
     print("side      new jobs: Redis µs/change  changes/s | changes: Redis µs/change (each round)"
           "   median   changes/s median   worker CPU µs/change median   event bytes")  # fmt: skip
     med = {}
@@ -217,17 +249,31 @@ def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Callable]) -
               + " ".join(f"{x:.1f}" for x in server_us)
               + f"   {med[k][0]:.1f}   {med[k][1]:,.0f}   {worker_us:.1f}"
               + f"   {sizes[k]:,.0f}")  # fmt: skip
-    print(f"{a} / {b}: Redis CPU per change {med[a][0] / med[b][0]:.2f}x (new jobs "
-          f"{new[a][2] / new[b][2]:.2f}x), worker CPU per change {med[a][2] / med[b][2]:.2f}x, "
-          f"event bytes {sizes[a] / sizes[b]:.2f}x; changes/s {b} / {a}: "
-          f"{med[b][1] / med[a][1]:.2f}x")  # fmt: skip
+    print(f"{b} / {a}: Redis CPU per change {med[b][0] / med[a][0]:.2f}x (new jobs "
+          f"{new[b][2] / new[a][2]:.2f}x), worker CPU per change {med[b][2] / med[a][2]:.2f}x, "
+          f"event bytes {sizes[b] / sizes[a]:.2f}x, "
+          f"changes/s {med[b][1] / med[a][1]:.2f}x")  # fmt: skip
     print("events in each site stream: " + ", ".join(f"{events[k]:,} {k}" for k in sides))
+    for k in sides:
+        enc = ", ".join(f"{e} {n:,}" for e, n in encodings[k].most_common())
+        print(f"{k}: job hashes {enc}; used_memory {memory[k] / 1e6:,.1f} MB")
+    print(f"used_memory {b} / {a}: {memory[b] / memory[a]:.2f}x")
 
 
 def event_bytes(r, stream: str, sample: int = 1000) -> float:
     """The mean size of the last ``sample`` events of ``stream`` (their JSON)."""
     entries = r.xrevrange(stream, count=sample)
     return statistics.mean(len(f[b"event"]) for _, f in entries) if entries else 0.0
+
+
+def job_encodings(r, natives, sample: int = 1000) -> Counter[str]:
+    """``OBJECT ENCODING`` of up to ``sample`` of the job hashes, spread over them."""
+    keys = SiteKeys(SITE)
+    step = max(1, len(natives) // sample)
+    pipe = r.pipeline(transaction=False)
+    for jid, native in natives[::step]:
+        pipe.object("encoding", keys.job(native["Job_Owner"].split("@")[0], jid))
+    return Counter((e or b"none").decode() for e in pipe.execute())
 
 
 def hook_costs(r, chunk: int, calls: int = 2_000) -> tuple[float, float]:
@@ -291,9 +337,9 @@ def bench_rq(
     return out
 
 
-def profile(natives, chunk: int) -> None:
+def profile(natives, chunk: int, server_args: list[str]) -> None:
     """Where Redis' CPU goes in a round of changes (see the module's docstring)."""
-    server = RedisServer().start()
+    server = RedisServer(args=server_args).start()
     try:
         r = server.client()
         applier = Applier(r)
@@ -374,22 +420,48 @@ def main() -> None:
                     help=f"commit REV's apply step beside this one (default {BEFORE})")  # fmt: skip
     ap.add_argument("--event-versions", action="store_true",
                     help="events of format 1 and of format 2 side by side")  # fmt: skip
+    ap.add_argument(
+        "--redis-config",
+        action="append",
+        default=[],
+        metavar="'NAME VALUE'",
+        help="a redis.conf directive for every redis-server (repeatable)",
+    )
+    ap.add_argument(
+        "--config-side",
+        action="append",
+        default=[],
+        metavar="'NAME VALUE'",
+        help="this apply step on a server without and one with these directives",
+    )
+    ap.add_argument("--pad-native", type=int, default=0, metavar="BYTES",
+                    help="grow each job's native record by about BYTES")  # fmt: skip
     args = ap.parse_args()
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    natives = sample_natives(args.jobs)
+    natives = sample_natives(args.jobs, args.pad_native)
     tune_gc()  # what `jobtap worker` does at start; also keeps the bench's own data out of GC
+    base = config_args(args.redis_config)
     if args.against:
-        against(natives, args.chunk, args.rounds, args.against)
+        sides = {"before": Side(applier_at(args.against), base), "after": Side(Applier, base)}
+        about = f"before = {args.against}, after = this tree"
+        side_by_side(natives, args.chunk, args.rounds, sides, about)
+        return
+    if args.config_side:
+        config = config_args(args.config_side)
+        sides = {"default": Side(Applier, base), "config": Side(Applier, base + config)}
+        about = f"default = {base or 'redis-server as built'}, config = {base + config}"
+        side_by_side(natives, args.chunk, args.rounds, sides, about)
         return
     if args.event_versions:
-        event_versions(natives, args.chunk, args.rounds)
+        about = "format 1: events with the whole record, format 2: without the native record"
+        side_by_side(natives, args.chunk, args.rounds, event_versions(base), about)
         return
     if args.profile:
-        profile(natives, args.chunk)
+        profile(natives, args.chunk, base)
         return
-    server = RedisServer().start()
+    server = RedisServer(args=base).start()
     try:
         r = server.client()
         if args.compare:
