@@ -2,7 +2,7 @@
 
     python -m bench.memory [--jobs 100000] [--users 200] [--interval 30] [--usage-interval 600]
     python -m bench.memory --jobs 10000          # a quick run (about a minute a side)
-    python -m bench.memory --jobs 20000 --sides today,listpack
+    python -m bench.memory --jobs 20000 --sides "format 2,format 2 + listpack"
 
 Fills a redis-server of its own like a site whose last ``--jobs`` jobs are within the
 retention of a finished job's hash (2 days by default), through the real worker path
@@ -63,12 +63,13 @@ fields held twice, and ``native`` alone (copies of a sample of the hashes in dat
 under the same key names, deleted after).
 
 Sides: ``SIDES`` maps a name to a ``Side``: the workers' ``Settings`` and the redis.conf
-directives its redis-server runs with ("today": ``Settings()`` on a redis-server as built;
-"listpack": the same with deploy/redis/jobtap.conf's ``hash-max-listpack-value``); each
+directives its redis-server runs with ("format 1": events with the whole record, native
+included, as before event format 2; "format 2": the default, lean events; "format 2 +
+listpack": the same with deploy/redis/jobtap.conf's ``hash-max-listpack-value``); each
 side is filled the same way (same seed, same records) on a redis-server of its own, one
 after the other, and the breakdowns are printed side by side with the ratio of
 ``used_memory`` of each side to the first.  Adding a side is one line there; ``--sides
-today,listpack`` runs only those (all by default).
+"format 1,format 2"`` runs only those (all by default).
 """
 
 from __future__ import annotations
@@ -125,9 +126,12 @@ class Side:
 # beside the others; the first is the one the others are compared with.  The lean
 # events' change compares Settings(event_version=1) with Settings(event_version=2).
 SIDES: dict[str, Side] = {
-    "today": Side(Settings()),
+    # events with the whole record, the scheduler's native one included
+    "format 1": Side(Settings(event_version=1)),
+    # lean events (the default): the native record stays in the job's hash
+    "format 2": Side(Settings()),
     # deploy/redis/jobtap.conf's: a job hash is a listpack, not a hashtable
-    "listpack": Side(Settings(), ("hash-max-listpack-value 8192",)),
+    "format 2 + listpack": Side(Settings(), ("hash-max-listpack-value 8192",)),
 }
 
 

@@ -204,7 +204,7 @@ def plan_state(
     states: list[str] = []
     fields: set[str] = set()
     for e in skipped:
-        fields.update(e.event.get("changes") or ())
+        fields.update(Change.from_event(e.event, e.json).changed())
         state = (e.event.get("record") or {}).get("state")
         if state and (not states or states[-1] != state):
             states.append(str(state))

@@ -31,8 +31,10 @@ Two formats, told apart by ``event_version`` (:func:`format_of`):
   the normalised record without ``native``, the scheduler's own record, which
   is the larger half of a job's record and stays in the object's hash
   (``Client.native()``, ``jobtap show --native``, ``jobtap export --native``).
-  ``changes`` still names every native key that changed, ``native.KEY: [old,
-  new]``, so what changed is all in the event.
+  ``changes`` holds the normalised attributes that changed, ``[old, new]``;
+  the native keys that changed are named in ``native_changed`` (their values
+  are the native record's: in the hash), except in a ``new`` event, where
+  every key is new.
 - **1** (no ``event_version`` key; ``jobtap worker --event-version 1``): the
   whole record, ``native`` included.  Readers take an event without
   ``event_version`` as format 1.
@@ -87,6 +89,7 @@ class Event(TypedDict):
     changes: dict[str, list[Any]]
     record: dict[str, Any]
     event_version: NotRequired[int]  # absent: format 1
+    native_changed: NotRequired[list[str]]  # format 2: the native keys that changed
 
 
 def format_of(event: Mapping[str, Any]) -> int:
@@ -171,6 +174,9 @@ def make_event(
     record, no ``event_version`` key)."""
     if event_version not in EVENT_VERSIONS:
         raise ValueError(f"event_version must be one of {EVENT_VERSIONS}, not {event_version!r}")
+    native_changed: list[str] = []
+    if event_version != 1:
+        changes, native_changed = split_native(changes)
     event: Event = {
         "id": event_id(site, epoch, kind, object_id, version),
         "site": site,
@@ -186,7 +192,23 @@ def make_event(
     }
     if event_version != 1:
         event["event_version"] = event_version
+        if native_changed and type != NEW:
+            event["native_changed"] = native_changed
     return event
+
+
+def split_native(changes: dict[str, list[Any]]) -> tuple[dict[str, list[Any]], list[str]]:
+    """``changes`` as format 2 carries them: the normalised attributes' ``[old,
+    new]``, and the names of the native keys that changed (``native.KEY``; ``*``
+    for a native record replaced whole), whose values stay in the hash."""
+    lean: dict[str, list[Any]] = {}
+    named: list[str] = []
+    for name, pair in changes.items():
+        if name == "native" or name.startswith("native."):
+            named.append(name.partition(".")[2] or "*")
+        else:
+            lean[name] = pair
+    return lean, sorted(named)
 
 
 @cache
@@ -209,11 +231,13 @@ def _load_schema(name: str) -> dict[str, Any]:
 def to_avro(event: Event | dict[str, Any]) -> dict[str, Any]:
     """The event in the form of :func:`avro_schema`: ``record`` as its Redis
     hash (every value a string; ``native`` there only in format 1), each change
-    ``[old, new]`` as JSON text, and ``event_version`` always (1 for an event
-    without one, as the schema's default reads an older message)."""
+    ``[old, new]`` as JSON text, and ``event_version`` and ``native_changed``
+    always (1 and ``[]`` for an event without them, as the schema's defaults
+    read an older message)."""
     return {
         **event,
         "changes": {k: orjson.dumps(v).decode() for k, v in event["changes"].items()},
         "record": to_hash(event["record"]),
         "event_version": format_of(event),
+        "native_changed": list(event.get("native_changed") or ()),
     }

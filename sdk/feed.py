@@ -376,7 +376,7 @@ class Feed:
     def _wanted_by_attrs(self, change: Change) -> bool:
         if self._attrs is None or change.type != UPDATE:
             return True  # initial, new, state, final, removed and resync always go out
-        for name in change.changes:
+        for name in change.changed():
             if name in self._attrs or name.partition(".")[0] in self._attrs:
                 return True
         return False

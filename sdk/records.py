@@ -16,8 +16,10 @@ whatever the change came from: events of format 2 leave it in the hash (see
 :mod:`jobtap.events`), and the SDK drops it from the rest too (format-1 events,
 ``initial`` and ``resync`` changes made from a hash), so that a callback or a
 stream sees the same record for every change of every job, and code that works
-during an upgrade works after it.  What changed in it is in ``changes``
-(``native.KEY``); the whole of it, when needed, is one read away:
+during an upgrade works after it.  Which of its keys changed is in
+:attr:`Change.native_changed` (:meth:`Change.changed` names them as
+``native.KEY`` beside the normalised attributes); the whole of it, when
+needed, is one read away:
 ``client.native(job_id)``, or ``client.stream(native=True)`` for a stream.
 """
 
@@ -253,7 +255,7 @@ class Missed:
     ``events``: how many versions it skipped, the one delivered included (the
     version delivered minus the last one it had, in the same epoch; exact even
     when the streams no longer hold them).  ``fields``: the names that changed
-    in the skipped events (the keys of their ``changes``), ``states``: the states
+    in the skipped events (:meth:`Change.changed`), ``states``: the states
     the object passed through, in order (consecutive repeats folded).  Both come
     from the events still in the streams: ``complete`` says whether they held
     every skipped one.
@@ -397,6 +399,27 @@ class Change:
     def changes(self) -> dict[str, list[Any]]:
         changes: dict[str, list[Any]] = self.event.get("changes") or {}
         return changes
+
+    @property
+    def native_changed(self) -> tuple[str, ...]:
+        """The keys of the scheduler's native record that changed in this
+        version (their values are in the object's hash: ``Client.native()``),
+        from either event format (format 1 has them in ``changes`` as
+        ``native.KEY``, with their values).  Empty for a ``new`` change: every
+        key is new."""
+        if self.type == ev.NEW:
+            return ()
+        named = self.event.get("native_changed")
+        if named is not None:
+            return tuple(named)
+        _, names = ev.split_native(self.changes)
+        return tuple(names)
+
+    def changed(self) -> frozenset[str]:
+        """The names of what changed: the normalised attributes and, as
+        ``native.KEY``, the native keys, from either event format."""
+        names = {name for name in self.changes if not name.startswith("native")}
+        return frozenset(names | {f"native.{key}" for key in self.native_changed})
 
     @property
     def epoch(self) -> str:

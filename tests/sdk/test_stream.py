@@ -223,8 +223,9 @@ def test_both_event_formats_are_delivered_the_same_way(client, writer, r):
                                                   ("final", 4)]  # fmt: skip
     assert [c.record.native for c in got] == [None] * 4  # whatever the format
     assert [c.record.state for c in got] == ["queued", "running", "running", "completed"]
-    assert got[1].changes["native.job_state"] == ["Q", "R"]
-    assert got[3].changes["native.job_state"] == ["R", "C"]
+    assert got[1].changes["native.job_state"] == ["Q", "R"]  # format 1: with its values
+    assert "native.job_state" not in got[3].changes  # format 2: named, values in the hash
+    assert [c.native_changed for c in got] == [(), ("job_state",), (), ("job_state",)]
     assert got[3].record.final and got[3].record.exit_status == 0
     assert [c.json for c in got] == [f[b"event"] for _, f in r.xrange(K.events)]  # as written
 

@@ -91,13 +91,15 @@ def test_attrs_native_matches_native_subkeys(client, writer):
     client.subscribe(rec, jobs=["1.pbs"], attrs=["native"], initial=False)
     writer.job("1.pbs", native={"job_state": "Q", "Job_Owner": "alice@vm", "substate": 11})
     rec.wait_count(1)
-    assert rec.changes[0].changes == {"native.substate": [None, 11]}
+    assert rec.changes[0].changes == {}  # format 2: native values stay in the hash
+    assert rec.changes[0].native_changed == ("substate",)
+    assert rec.changes[0].changed() == {"native.substate"}
 
 
 def test_both_event_formats_and_initial_records_look_alike_to_a_callback(client, writer):
     """An initial change (made from the hash, which has native), format-1 events
     (native in them) and format-2 events (none): the same record to a callback,
-    without native, and native.KEY changes in every event."""
+    without native, and the native keys that changed named in every event."""
     writer.job("1.pbs")
     rec = Recorder()
     client.subscribe(rec, jobs=["1.pbs"])
@@ -112,8 +114,9 @@ def test_both_event_formats_and_initial_records_look_alike_to_a_callback(client,
     assert [c.record.native for c in rec.changes] == [None] * 3
     assert "native" not in rec.changes[0].event["record"]  # made in format 2
     assert "native" in rec.changes[1].event["record"]  # as written
-    assert rec.changes[1].changes["native.job_state"] == ["Q", "R"]
-    assert rec.changes[2].changes["native.job_state"] == ["R", "C"]
+    assert rec.changes[1].changes["native.job_state"] == ["Q", "R"]  # format 1: with values
+    assert "native.job_state" not in rec.changes[2].changes  # format 2: named only
+    assert [c.native_changed for c in rec.changes] == [(), ("job_state",), ("job_state",)]
     assert [c.record.state for c in rec.changes] == ["queued", "running", "completed"]
     # the native record, on request: from the hash
     assert client.native("1.pbs") == {"job_state": "C", "Job_Owner": "alice@vm"}

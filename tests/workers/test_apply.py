@@ -50,7 +50,7 @@ def test_new_update_state_final_versions_and_keys(r):
     assert {e["epoch"] for e in evs} == {epoch}
     assert evs[1]["changes"] == {"comment": [None, "hello"]}
     assert evs[2]["changes"]["state"] == ["queued", "running"]
-    assert evs[2]["changes"]["native.job_state"] == ["Q", "R"]
+    assert evs[2]["native_changed"] == ["job_state"]  # named; its values are in the hash
     assert evs[3]["record"]["exit_status"] == 0
     # the user's stream holds the same events; the hash holds the last record
     assert [e["id"] for e in events(r, K.user_events("alice"))] == [e["id"] for e in evs]
@@ -66,8 +66,9 @@ FORMAT_1_KEYS = ["id", "site", "epoch", "kind", "type", "object_id", "user", "ve
 
 
 def test_events_leave_the_native_record_in_the_hash(r):
-    """Format 2, the default: no native in the event's record, the native keys
-    that changed still in its changes, the whole native record in the hash."""
+    """Format 2, the default: no native in the event's record nor in its
+    changes; the native keys that changed named in native_changed (not in a new
+    event, where every key is new); the whole native record in the hash."""
     a = Applier(r)
     a.apply(chunk(1, [up(job())]))
     a.apply(chunk(2, [up(job(state="running", native={"job_state": "R", "Job_Owner": "x@vm"}))]))
@@ -75,9 +76,11 @@ def test_events_leave_the_native_record_in_the_hash(r):
         evs = events(r, key)
         assert [e["event_version"] for e in evs] == [2, 2]
         assert list(evs[0]) == [*FORMAT_1_KEYS, "event_version"]
+        assert list(evs[1]) == [*FORMAT_1_KEYS, "event_version", "native_changed"]
         assert all("native" not in e["record"] for e in evs)
-        assert evs[1]["changes"]["native.job_state"] == ["Q", "R"]
-        assert evs[1]["changes"]["native.Job_Owner"] == ["alice@vm", "x@vm"]
+        assert not any(k.startswith("native.") for e in evs for k in e["changes"])
+        assert evs[1]["changes"] == {"state": ["queued", "running"], "native_state": ["Q", "R"]}
+        assert evs[1]["native_changed"] == ["Job_Owner", "job_state"]
         assert evs[1]["record"]["state"] == "running" and evs[1]["record"]["version"] == 2
     stored = from_hash(r.hgetall(K.job("alice", "1.pbs")))
     assert stored["native"] == {"job_state": "R", "Job_Owner": "x@vm"}
