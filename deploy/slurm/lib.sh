@@ -4,6 +4,18 @@
 
 tail_log() { [ -f "$1" ] && tail -n "${2:-15}" "$1" | sed 's/^/    | /' >&2 || true; }
 
+# host_apt ARGS...: apt-get ARGS on the host, one at a time.  make test starts
+# the two Slurms from two xdist groups side by side, and on a fresh machine both
+# scripts install packages on the host (22.05's, the 24.11 root's debootstrap and
+# MariaDB): an apt-get that finds dpkg's lock taken fails at once ("Could not get
+# lock /var/lib/dpkg/lock-frontend"), and every Slurm test of that cluster with
+# it.  flock makes these scripts wait for each other; DPkg::Lock::Timeout makes
+# apt wait for any other apt.
+host_apt() {
+    flock -w 1200 /run/lock/jobtap-slurm-apt.lock \
+        env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"
+}
+
 # Close every descriptor above 2 (a daemon must not keep a caller's pipe, or a
 # lock file that `flock FILE start.sh` holds, open for the rest of its life).
 close_fds() {

@@ -238,12 +238,11 @@ if need_install; then
     fi
     mkdir -p "$LOG"
     apt_install() {
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-            $PACKAGES >>"$LOG/apt.log" 2>&1
+        host_apt install -y -q --no-install-recommends $PACKAGES >>"$LOG/apt.log" 2>&1
     }
     if ! apt_install; then
         say "apt-get install failed; running apt-get update and retrying"
-        if ! DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$LOG/apt.log" 2>&1; then
+        if ! host_apt update -q >>"$LOG/apt.log" 2>&1; then
             [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
             tail_log "$LOG/apt.log"
             die "apt-get update failed (package repositories unreachable?); see $LOG/apt.log"

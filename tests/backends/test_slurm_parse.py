@@ -519,7 +519,11 @@ def standins(tmp_path, fx):
         "squeue": _script(tmp_path / "squeue", f'cat "{fx}/squeue-mixed.json"\n'),
         "sinfo": _script(tmp_path / "sinfo", f'cat "{fx}/sinfo.json"\n'),
         "scontrol": _script(
-            tmp_path / "scontrol", f'cat "{fx}/scontrol-show-partition-oneliner.txt"\n'
+            tmp_path / "scontrol",
+            'case "$1" in\n'
+            "  --version) echo 'slurm 22.05.8' ;;\n"
+            f'  *) cat "{fx}/scontrol-show-partition-oneliner.txt" ;;\n'
+            "esac\n",
         ),
         "sacct": _script(
             tmp_path / "sacct",
@@ -572,8 +576,9 @@ def test_backend_failures_are_stat_errors(tmp_path):
     with pytest.raises(StatError, match="command not found"):
         SlurmBackend(squeue=str(tmp_path / "missing")).stat_jobs()
     hang = _script(tmp_path / "sinfo", "sleep 30\n")
+    release = _script(tmp_path / "scontrol", "echo 'slurm 22.05.8'\n")  # not the host's
     with pytest.raises(StatError, match="timed out"):
-        SlurmBackend(sinfo=hang, timeout=0.5).stat_nodes()
+        SlurmBackend(sinfo=hang, scontrol=release, timeout=0.5).stat_nodes()
 
 
 def test_prefix_quotes_words_for_ssh():
@@ -592,7 +597,7 @@ def test_registered_in_make_backend():
 
 
 def test_stat_nodes_without_a_job_stat_has_no_jobs(standins):
-    be = SlurmBackend(sinfo=standins["sinfo"])
+    be = SlurmBackend(sinfo=standins["sinfo"], scontrol=standins["scontrol"])
     nodes = be.stat_nodes()
     assert "jobtap_jobs" not in nodes["n1"]
     assert be.normalise_node("n1", nodes["n1"])["jobs"] == []

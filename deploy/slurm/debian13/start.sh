@@ -336,11 +336,10 @@ if [ ! -e "$DONE" ]; then
     mkdir -p "$HLOG"
     if ! command -v debootstrap >/dev/null; then
         say "installing debootstrap (apt-get)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap \
-            >>"$HLOG/apt-host.log" 2>&1 ||
-            { DEBIAN_FRONTEND=noninteractive apt-get update -q >>"$HLOG/apt-host.log" 2>&1 &&
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-                    debootstrap >>"$HLOG/apt-host.log" 2>&1; } || {
+        host_apt install -y -q --no-install-recommends debootstrap >>"$HLOG/apt-host.log" 2>&1 ||
+            { host_apt update -q >>"$HLOG/apt-host.log" 2>&1 &&
+                host_apt install -y -q --no-install-recommends debootstrap \
+                    >>"$HLOG/apt-host.log" 2>&1; } || {
             tail_log "$HLOG/apt-host.log"
             die "cannot install debootstrap; see $HLOG/apt-host.log"
         }
@@ -468,8 +467,8 @@ fi
 MYSQL_ADMIN=
 if ! mysql_admin && [ ! -x /usr/sbin/mariadbd ]; then
     say "installing mariadb-server on the host (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        mariadb-server mariadb-client >>"$HLOG/apt-host.log" 2>&1 || {
+    host_apt install -y -q --no-install-recommends mariadb-server mariadb-client \
+        >>"$HLOG/apt-host.log" 2>&1 || {
         tail_log "$HLOG/apt-host.log"
         die "cannot install mariadb-server on the host"
     }
