@@ -10,7 +10,9 @@ fine and what is not, the way an admin would look after installing a hook:
   collector within ``--wait`` seconds, and nothing older lies unread;
 - feed: the event feed (Flux's journal) is up, not restarting or failing;
 - workers: someone applies the site's chunks, and the queues are not backing up;
-- refused: no poke refused by Redis (ACL LOG; the PBS hook's own settings tried).
+- refused: no poke refused by Redis (ACL LOG; the PBS hook's own settings tried);
+- job hashes: stored compactly (listpack), which Redis does only when its
+  ``hash-max-listpack-value`` holds a job's native record (deploy/redis/jobtap.conf).
 
 Exit status 0 when nothing failed (warnings allowed), 1 otherwise.  The probe
 needs a user that may XADD to the poke stream (the writer, ``poker`` or
@@ -194,6 +196,47 @@ def check_workers(q: redis.Redis, keys: SiteKeys) -> Check:
     return Check("workers", level, f"{len(workers)} running; {counts}")
 
 
+LISTPACK_VALUE = 8192  # deploy/redis/jobtap.conf's hash-max-listpack-value
+
+
+def check_job_hashes(r: redis.Redis, keys: SiteKeys, sample: int = 20) -> Check | None:
+    """Whether the site's job hashes are listpacks.  Redis stores a hash as a
+    hashtable, a third larger (docs/performance.md, "Job hashes as listpacks"),
+    once one of its values is longer than ``hash-max-listpack-value`` (64 bytes
+    by default; a native record is 1-6 KB).  Looks at a few jobs named by the
+    owner index; says nothing when there are none, or when this user may not
+    ask (``OBJECT`` refused)."""
+    try:
+        owners = r.hrandfield(keys.owner, sample, withvalues=True) or []
+        pairs = list(zip(owners[::2], owners[1::2], strict=True))
+        pipe = r.pipeline(transaction=False)
+        for jid, user in pairs:
+            key = keys.job(user.decode(), jid.decode())
+            pipe.object("encoding", key)
+            pipe.hstrlen(key, "native")
+        replies = pipe.execute()
+    except redis.RedisError:  # OBJECT or HRANDFIELD refused to this user, or not routed
+        return None
+    found = [(enc, size) for enc, size in zip(replies[::2], replies[1::2]) if enc is not None]
+    if not found:
+        return None
+    tables = [size for enc, size in found if enc in (b"hashtable", "hashtable")]
+    if not tables:
+        return Check("hashes", OK, f"job hashes are listpacks ({len(found)} looked at)")
+    largest = max(tables)
+    advice = (
+        f"set hash-max-listpack-value {LISTPACK_VALUE} (deploy/redis/jobtap.conf; a third "
+        "less memory for job hashes; existing hashes convert when Redis restarts)"
+        if largest <= LISTPACK_VALUE
+        else f"a native record of {largest} bytes: raise hash-max-listpack-value above it"
+    )
+    return Check(
+        "hashes",
+        WARN,
+        f"{len(tables)} of {len(found)} job hashes looked at are hashtables: {advice}",
+    )
+
+
 def run_checks(
     r: redis.Redis, q: redis.Redis, site: str, *, send_probe: bool, wait: float
 ) -> list[Check]:
@@ -208,6 +251,9 @@ def run_checks(
         if extra is not None:
             checks.append(extra)
     checks.append(check_workers(q, keys))
+    hashes = check_job_hashes(r, keys)
+    if hashes is not None:
+        checks.append(hashes)
     return checks
 
 

@@ -76,6 +76,7 @@ def test_nothing_running_fails(r):
 
 
 def test_follow_mode_working_end_to_end(redis_server, r, collector, worker):
+    r.config_set("hash-max-listpack-value", 8192)  # as deploy/redis/jobtap.conf sets it
     collector()
     eventually(lambda: workers_registered(r), timeout=60, what="the worker registered")
     poke(r, K, ["1.simhost"], source="pbs-server")
@@ -91,7 +92,7 @@ def test_follow_mode_working_end_to_end(redis_server, r, collector, worker):
                           "--json", "--no-probe"], capture_output=True, text=True,
                          timeout=60, check=True)  # fmt: skip
     assert {c["name"] for c in json.loads(out.stdout)} == {
-        "collector", "follow", "pokes", "pokes read", "workers", "refused"}  # fmt: skip
+        "collector", "follow", "pokes", "pokes read", "workers", "hashes", "refused"}  # fmt: skip
 
 
 def test_refused_pokes_fail_the_doctor(redis_server, r, tmp_path):
@@ -164,3 +165,29 @@ def test_a_dead_collector_fails(r, collector):
     checks = run_checks(r, r, SITE, send_probe=True, wait=0.5)
     assert levels(checks)["collector"] == FAIL and "probe" not in levels(checks)
     assert "not running" in message(checks, "collector")
+
+
+def test_job_hashes_stored_as_hashtables_are_a_warning(r):
+    """Redis' default hash-max-listpack-value (64) makes every job hash with a
+    native record a hashtable, a third larger: the doctor says so, and what to
+    set; a hash written after the setting is a listpack."""
+    from tests.support.sdk import Writer
+
+    w = Writer(r, site=SITE)
+    native = {"job_state": "Q", "Job_Owner": "alice@vm", "Variable_List": "PBS_O_HOME=/x" * 20}
+    w.job("1.pbs", native=native)
+    checks = run_checks(r, r, SITE, send_probe=False, wait=0)
+    assert levels(checks)["hashes"] == WARN
+    assert "1 of 1 job hashes" in message(checks, "hashes")
+    assert "hash-max-listpack-value 8192" in message(checks, "hashes")
+    r.config_set("hash-max-listpack-value", 8192)
+    w.job("2.pbs", native=native)
+    checks = run_checks(r, r, SITE, send_probe=False, wait=0)
+    assert "1 of 2 job hashes" in message(checks, "hashes")
+    r.delete(K.job("alice", "1.pbs"))  # the older one gone: every hash left is a listpack
+    checks = run_checks(r, r, SITE, send_probe=False, wait=0)
+    assert levels(checks)["hashes"] == OK
+
+
+def test_no_jobs_no_hash_check(r):
+    assert "hashes" not in levels(run_checks(r, r, SITE, send_probe=False, wait=0))
