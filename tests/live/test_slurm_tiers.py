@@ -110,7 +110,9 @@ def test_follow_refresh_lists_no_job(clean, r):
     report = h.refresh(ids)
     rpcs = sdiag_rpcs()
     drain(r, SITE)
-    assert report.counts["changed"] == 1
+    # ids[0] changed (its walltime, below); a scheduling pass may also have revised
+    # the other two since the cycle (24.11 did once: their reason, once evaluated)
+    assert 1 <= report.counts["changed"] <= 3, report.counts
     if report.counts.get("read_listing"):  # slurmctld's figures: one listing costs less
         assert rpcs[FULL][0] == 1 and SINGLE not in rpcs, rpcs
     else:
