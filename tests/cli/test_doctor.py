@@ -161,7 +161,9 @@ def test_a_failing_feed_fails(r, collector):
 def test_a_dead_collector_fails(r, collector):
     svc = collector()
     svc.stop_event.set()
-    eventually(lambda: r.hget(K.meta, "status") == b"stopped", timeout=30)
+    # a stopping collector notes "stopped", then gives its lease up
+    eventually(lambda: r.hget(K.meta, "status") == b"stopped" and not r.exists(K.lease),
+               timeout=30, what="the collector stopped and its lease released")  # fmt: skip
     checks = run_checks(r, r, SITE, send_probe=True, wait=0.5)
     assert levels(checks)["collector"] == FAIL and "probe" not in levels(checks)
     assert "not running" in message(checks, "collector")
