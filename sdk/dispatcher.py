@@ -71,6 +71,32 @@ SLICE = 0.02
 """Seconds of callbacks between two reads of the pub/sub connections."""
 
 
+def _epoch_moved(feed: Feed, name: str, scans: dict[str, Scan]) -> bool:
+    """Whether a stream's newest event is of another epoch than the one the feed
+    last saw in it (a new epoch began)."""
+    return any(
+        scan.newest_epoch is not None
+        and feed.stream_epoch(name, stream) not in (None, scan.newest_epoch)
+        for stream, scan in scans.items()
+    )
+
+
+def _take_scans(
+    feed: Feed, name: str, scans: dict[str, Scan], positions: list[StreamPosition]
+) -> dict[str, list[Entry]]:
+    """The missed events of ``scans`` per object, in stream order; each stream's
+    epoch is followed at once, its position added to ``positions`` (taken once
+    what was missed is covered: :meth:`Feed.take_positions`)."""
+    missed: dict[str, list[Entry]] = {}
+    for stream, scan in scans.items():
+        if scan.newest is not None:
+            feed.note_stream_epoch(name, stream, scan.newest_epoch)
+            positions.append((name, stream, scan.newest, scan.newest_epoch))
+        for e in scan.missed:
+            missed.setdefault(e.prefix, []).append(e)
+    return missed
+
+
 def _s(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -554,22 +580,10 @@ class Dispatcher:
                 feed.new_epoch(name)
             refs, current = self._read_records(feed, name, target)
             scans = self._scan_streams(feed, name, target)
-            moved = any(
-                scan.newest_epoch is not None
-                and feed.stream_epoch(name, stream) not in (None, scan.newest_epoch)
-                for stream, scan in scans.items()
-            )
-            if lost or not moved:
+            if lost or not _epoch_moved(feed, name, scans):
                 break
             lost = True  # a new epoch began while reading: read again as after a loss
-        missed: dict[str, list[Entry]] = {}
-        for stream, scan in scans.items():
-            if scan.newest is not None:  # the epoch is followed at once, the position once covered
-                feed.note_stream_epoch(name, stream, scan.newest_epoch)
-                positions.append((name, stream, scan.newest, scan.newest_epoch))
-            for e in scan.missed:
-                missed.setdefault(e.prefix, []).append(e)
-        reading = SiteReading(refs, current, missed)
+        reading = SiteReading(refs, current, _take_scans(feed, name, scans, positions))
         if lost:
             feed.await_again(reading.gone())
         by_state = feed.by_state
@@ -590,18 +604,10 @@ class Dispatcher:
         stream does not go back far enough (trimmed, or past the scan's limit) or
         a new epoch began: then every object's record is read."""
         scans = self._scan_streams(feed, name, target)
-        for stream, scan in scans.items():
-            seen = feed.stream_epoch(name, stream)
-            if not scan.complete or (seen is not None and scan.newest_epoch not in (None, seen)):
-                return None
+        if not all(scan.complete for scan in scans.values()) or _epoch_moved(feed, name, scans):
+            return None
         known = feed.known_refs(name)
-        missed: dict[str, list[Entry]] = {}
-        for stream, scan in scans.items():
-            if scan.newest is not None:
-                feed.note_stream_epoch(name, stream, scan.newest_epoch)
-                positions.append((name, stream, scan.newest, scan.newest_epoch))
-            for e in scan.missed:
-                missed.setdefault(e.prefix, []).append(e)
+        missed = _take_scans(feed, name, scans, positions)
         refs: dict[str, Ref] = {}
         for prefix, entries in missed.items():
             ref = known.get(prefix)

@@ -410,16 +410,15 @@ class Change:
         if self.type == ev.NEW:
             return ()
         named = self.event.get("native_changed")
-        if named is not None:
-            return tuple(named)
-        _, names = ev.split_native(self.changes)
-        return tuple(names)
+        if named is None:
+            _, named = ev.split_native(self.changes)
+        return tuple(named)
 
     def changed(self) -> frozenset[str]:
         """The names of what changed: the normalised attributes and, as
         ``native.KEY``, the native keys, from either event format."""
-        names = {name for name in self.changes if not name.startswith("native")}
-        return frozenset(names | {f"native.{key}" for key in self.native_changed})
+        normalised, _ = ev.split_native(self.changes)
+        return frozenset(normalised) | {f"native.{key}" for key in self.native_changed}
 
     @property
     def epoch(self) -> str:
