@@ -11,7 +11,7 @@ position noted when the subscription last synchronised).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,10 +89,31 @@ def _trimmed_after(r: AnyRedis, stream: str, sid: str) -> bool:
         return True  # cannot tell: assume the worst
     except redis.ResponseError:  # no such key: nothing was ever written
         return False
-    deleted = info.get("max-deleted-entry-id")  # keys are str, values bytes
-    if deleted is None:
+    return trimmed_after(info, sid)
+
+
+def trimmed_after(info: Mapping[str, Any], sid: str) -> bool:
+    """True if entries newer than ``sid`` may have been removed, from the stream's
+    ``XINFO STREAM`` (Redis 7): deleted one by one (``XDEL`` moves
+    ``max-deleted-entry-id``) or trimmed (``MAXLEN``, ``MINID``, ``XTRIM`` only
+    move ``recorded-first-entry-id`` on, past everything they removed).  "May":
+    the stream's first entry may be the one right after ``sid``."""
+    deleted, first = info.get("max-deleted-entry-id"), info.get("recorded-first-entry-id")
+    if deleted is None or first is None:
+        return True  # Redis before 7.0 does not say: assume the worst
+    at = parse_sid(sid)
+    if parse_sid(text(deleted)) > at:
         return True
-    return parse_sid(text(deleted)) > parse_sid(sid)
+    if removed_count(info) == 0:
+        return False
+    if int(info.get("length") or 0) == 0:  # all of it went
+        return parse_sid(text(info.get("last-generated-id") or b"0-0")) > at
+    return parse_sid(text(first)) > at
+
+
+def removed_count(info: Mapping[str, Any]) -> int:
+    """How many entries the stream has let go of (added, and no longer held)."""
+    return int(info.get("entries-added") or 0) - int(info.get("length") or 0)
 
 
 def scan_back(

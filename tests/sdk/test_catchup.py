@@ -220,3 +220,24 @@ def test_below_the_bound_every_event_comes_as_before(redis_server, hermetic):
     assert all(c.missed is None for c in rec.changes)
     assert sub.caught_up_by_state == 0 and sub.resyncs == 0 and sub.skipped == 0
     client.close()
+
+
+def test_a_scan_past_a_trimmed_boundary_is_not_complete(r):
+    """Trims leave ``max-deleted-entry-id`` alone (only XDEL moves it): a scan
+    that reaches the stream's start without its boundary must not be taken for
+    complete when the stream was trimmed past the boundary, or the events trimmed
+    away would be taken for none at all (and a catch-up read no record for them)."""
+    from jobtap.backfill import scan_back
+
+    sids = [r.xadd("s", {"id": f"t1:e:{i}.pbs:1", "type": "new", "event": "{}"}) for i in range(10)]
+    stop = sids[2].decode()
+    assert scan_back(r, "s", stop_at=stop, processed=lambda e: False).complete
+    r.xtrim("s", minid=sids[6], approximate=False)  # 3, 4 and 5 are gone
+    scan = scan_back(r, "s", stop_at=stop, processed=lambda e: False)
+    assert not scan.complete and [e.sid for e in scan.missed] == [s.decode() for s in sids[6:]]
+    # trimmed up to the boundary, which it keeps: nothing after it went
+    r.delete("s")
+    sids = [r.xadd("s", {"id": f"t1:e:{i}.pbs:1", "type": "new", "event": "{}"}) for i in range(10)]
+    r.xtrim("s", minid=sids[2], approximate=False)
+    assert scan_back(r, "s", stop_at=sids[2].decode(), processed=lambda e: False).complete
+
