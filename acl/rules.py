@@ -77,6 +77,7 @@ USER_COMMANDS = (
     "xrevrange",
     "xread",
     "xinfo|stream",
+    "zrange",
     "subscribe",
     "unsubscribe",
     "ssubscribe",

@@ -50,7 +50,7 @@ from .options import (
     type=int,
     default=10_000,
     show_default=True,
-    help="Events kept in each user's stream.",
+    help="Events kept in each user's stream, at most: none older than the site stream's oldest.",
 )
 @click.option(
     "--max-age",

@@ -7,6 +7,7 @@ for snapshots and resyncs.  Raises redis-py errors; callers translate them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -18,6 +19,8 @@ from .records import Job, Node, Queue, natural_key
 from .replies import text
 from .schema import JOB, NODE, QUEUE, decode_value
 from .schema import from_hash as decode_hash
+
+log = logging.getLogger("jobtap.sdk")
 
 PIPELINE_BATCH = 1000
 
@@ -169,10 +172,13 @@ class Cache:
         return jobs
 
     def finished_job_ids(self, user: str) -> list[str]:
-        """Jobs whose ``final`` event is still in the user's stream (for a user who
-        may not read the owner index; the stream is bounded, see workers.apply)."""
+        """The user's finished jobs whose hash is kept (for a user who may not read
+        the owner index): the user's finished set, and the finals still in the
+        user's stream, which hold those that ended before the workers kept the set
+        (an upgrade: the stream is bounded, see workers/apply.lua, so this part can
+        go once every site's older finished jobs are past the retention)."""
+        out: dict[str, None] = dict.fromkeys(self.ended_since(user, 0))
         prefix = f"{self.site.name}:"
-        out: dict[str, None] = {}
         end = "+"
         while True:
             page = self.r.xrevrange(self.keys.user_events(user), max=end, count=1000) or []
@@ -183,6 +189,21 @@ class Cache:
             if len(page) < 1000:
                 return list(out)
             end = "(" + text(page[-1][0])
+
+    def ended_since(self, user: str, ms: int) -> list[str]:
+        """The user's finished jobs that ended at or after ``ms`` (Redis' clock, as
+        a stream id's first part), whose hash may still be kept."""
+        key = self.keys.user_finished(user)
+        try:
+            ids: list[bytes] = self.r.zrange(key, ms, "+inf", byscore=True) or []  # type: ignore[assignment]
+            return [text(x) for x in ids]
+        except redis.exceptions.NoPermissionError:
+            log.warning(
+                "jobtap: the Redis user may not run ZRANGE: finished jobs are known from the "
+                "user's stream alone, which may have let older ones go (run jobtap acl sync "
+                "to grant it)"
+            )
+            return []
 
     # -- nodes and queues -------------------------------------------------------------------
     def names(self, kind: str) -> list[str]:

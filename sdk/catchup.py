@@ -67,6 +67,9 @@ class SiteReading:
     refs: dict[str, Ref]
     current: dict[str, dict[str, Any] | None]
     missed: dict[str, list[Entry]]
+    news: frozenset[str] = frozenset()
+    """Jobs that ended since the feed's positions: their finals are news though
+    the feed never knew them (Target.ended_since)."""
 
     def prefixes(self) -> set[str]:
         return set(self.missed) | set(self.current)

@@ -578,12 +578,12 @@ class Dispatcher:
         for _ in range(3):
             if lost:
                 feed.new_epoch(name)
-            refs, current = self._read_records(feed, name, target)
+            refs, current, news = self._read_records(feed, name, target)
             scans = self._scan_streams(feed, name, target)
             if lost or not _epoch_moved(feed, name, scans):
                 break
             lost = True  # a new epoch began while reading: read again as after a loss
-        reading = SiteReading(refs, current, _take_scans(feed, name, scans, positions))
+        reading = SiteReading(refs, current, _take_scans(feed, name, scans, positions), news)
         if lost:
             feed.await_again(reading.gone())
         by_state = feed.by_state
@@ -649,17 +649,27 @@ class Dispatcher:
 
     def _read_records(
         self, feed: Feed, name: str, target: Target
-    ) -> tuple[dict[str, Ref], dict[str, dict[str, Any] | None]]:
-        """The objects to look at (those known, and the listing now) and their records."""
+    ) -> tuple[dict[str, Ref], dict[str, dict[str, Any] | None], frozenset[str]]:
+        """The objects to look at (those known, the listing now, and the jobs that
+        ended since the feed's positions), their records, and which of them ended
+        since (news, though the feed never knew them: their streams may have let
+        go of all their events)."""
         cache = self.caches[name]
         refs = feed.known_refs(name)
-        for ref in self._site_call(name, partial(target.listing, cache)):
+        listing = self._site_call(name, partial(target.listing, cache))
+        ended = self._site_call(
+            name, partial(target.ended_since, cache, partial(feed.position, name))
+        )
+        news: set[str] = set()
+        for ref in listing + ended:
             p = object_prefix(name, ref.kind, ref.oid)
             if not feed.finished(p):
                 refs.setdefault(p, ref)
+        for ref in ended:
+            news.add(object_prefix(name, ref.kind, ref.oid))
         order = list(refs)
         records = self._site_call(name, lambda: cache.read([refs[p] for p in order]))
-        return refs, dict(zip(order, records, strict=True))
+        return refs, dict(zip(order, records, strict=True)), frozenset(news)
 
     def _scan_streams(self, feed: Feed, name: str, target: Target) -> dict[str, Scan]:
         """Each readable stream of the target scanned back for what ``feed`` missed."""
@@ -692,7 +702,7 @@ class Dispatcher:
                 record=reading.current.get(prefix),
                 missed=reading.missed.get(prefix, []),
                 ref=reading.refs.get(prefix),
-                named=prefix in target.jobs,
+                named=prefix in target.jobs or prefix in reading.news,
             )
         return plan
 

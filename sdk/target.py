@@ -54,6 +54,22 @@ class Target:
             out.add(nodes)
         return out
 
+    def ended_since(self, cache: Cache, position: Callable[[str], str | None]) -> list[Ref]:
+        """The watched users' jobs that ended at or after the position of their
+        stream (``position(stream)``, a stream id; ``None``: not followed): a
+        catch-up whose stream was trimmed past its position knows them by this
+        alone, when they were submitted and ended while it was behind.  (Every
+        job of the site is in the listing already; named jobs are known.)"""
+        refs: list[Ref] = []
+        if JOB not in self.kinds or self.all_jobs:
+            return refs
+        for user in sorted(self.users):
+            pos = position(self.site.keys.user_events(user))
+            if pos is not None:
+                ms = int(pos.partition("-")[0])
+                refs += [Ref(self.site.name, JOB, jid, user) for jid in cache.ended_since(user, ms)]
+        return refs
+
     def stream_of(self, event: Mapping[str, Any]) -> str:
         """The stream of this target that holds ``event`` (one it wants)."""
         k = self.site.keys

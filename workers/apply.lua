@@ -8,9 +8,11 @@
 -- hashed by Lua on its way in, so nothing is sent that is not written).
 --
 -- KEYS[1] site events stream, KEYS[2] owner hash, KEYS[3] fingerprints hash,
--- KEYS[4] expiry zset, KEYS[5] meta hash; then three keys per item: object
+-- KEYS[4] expiry zset, KEYS[5] meta hash; then four keys per item: object
 -- hash, its index set (user's live jobs, or the node/queue index), its own
--- stream (user's events, or the site stream again for nodes and queues).
+-- stream (user's events, or the site stream again for nodes and queues), its
+-- owner's finished jobs (a sorted set by when they ended, in Redis' time as the
+-- streams' ids; the index again for nodes and queues).
 --
 -- ARGV: cycle, now_ms, site_maxlen, user_maxlen, ttl_s, min_id, all_channel,
 -- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
@@ -35,6 +37,7 @@ local n = tonumber(ARGV[8])
 local publish = ARGV[14]
 local FIRST = 15
 local FIRST_KEY = 5
+local KEYS_PER_ITEM = 4
 -- per item: op, version, epoch, cycle (the three as read; version '' for an
 -- object not stored), oid, user, channel, event id, event type, event JSON,
 -- fingerprint field, fingerprint value, final, nfields
@@ -56,7 +59,7 @@ end
 local starts = {}
 local pos = FIRST
 for i = 1, n do
-  local stored = redis.call('HMGET', KEYS[FIRST_KEY + 3 * i - 2], 'version', 'epoch', 'cycle')
+  local stored = redis.call('HMGET', KEYS[FIRST_KEY + KEYS_PER_ITEM * (i - 1) + 1], 'version', 'epoch', 'cycle')
   local version = ARGV[pos + 1]
   if version == '' then
     if stored[1] then
@@ -72,15 +75,15 @@ end
 
 -- pass 2: write
 local events = 0
-local trimmed = {}
+local touched, user_streams, finished_sets = {}, {}, {}
+local ended_ms
 local fp_set, fp_del, owners = {}, {}, {}
 local expires_at = math.floor(now_ms / 1000) + ttl
 for i = 1, n do
   local p = starts[i]
   local op, oid, etype, nfields = ARGV[p], ARGV[p + 4], ARGV[p + 8], tonumber(ARGV[p + 13])
-  local key = KEYS[FIRST_KEY + 3 * i - 2]
-  local set = KEYS[FIRST_KEY + 3 * i - 1]
-  local stream = KEYS[FIRST_KEY + 3 * i]
+  local k = FIRST_KEY + KEYS_PER_ITEM * (i - 1)
+  local key, set, stream, finished = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
   if op == 'remove' then
     redis.call('DEL', key)
     redis.call('SREM', set, oid)
@@ -93,9 +96,9 @@ for i = 1, n do
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
     if stream ~= KEYS[1] then
       redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
-      if min_id ~= '' and not trimmed[stream] then
-        trimmed[stream] = true
-        redis.call('XTRIM', stream, 'MINID', '~', min_id)
+      if not touched[stream] then
+        touched[stream] = true
+        user_streams[#user_streams + 1] = stream
       end
     end
     redis.call(publish, ARGV[p + 6], json)
@@ -111,6 +114,17 @@ for i = 1, n do
         redis.call('SREM', set, oid)
         redis.call('EXPIRE', key, ttl)
         redis.call('ZADD', KEYS[4], expires_at, oid)
+        if user ~= '' then
+          if not ended_ms then  -- Redis' clock, as the streams' ids are
+            local t = redis.call('TIME')
+            ended_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+          end
+          redis.call('ZADD', finished, ended_ms, oid)
+          if not touched[finished] then
+            touched[finished] = true
+            finished_sets[#finished_sets + 1] = finished
+          end
+        end
       elseif is_new then
         redis.call('SADD', set, oid)
       end
@@ -140,6 +154,25 @@ end
 
 if min_id ~= '' then
   redis.call('XTRIM', KEYS[1], 'MINID', '~', min_id)
+end
+-- a user's stream keeps nothing older than the site stream's oldest event (which
+-- max_age bounds too): the users' streams together then hold at most what the
+-- site stream holds, whatever the number of users (user_maxlen alone bounds
+-- each, so the sum grew with the users: 2 million events for 200 of them)
+if #user_streams > 0 then
+  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+  if oldest[1] then
+    for _, stream in ipairs(user_streams) do
+      redis.call('XTRIM', stream, 'MINID', '~', oldest[1][1])
+    end
+  end
+end
+
+-- the users' finished jobs, by when they ended: those whose hash has expired
+-- leave, and the set goes with the last of them
+for _, finished in ipairs(finished_sets) do
+  redis.call('ZREMRANGEBYSCORE', finished, '-inf', '(' .. (ended_ms - ttl * 1000))
+  redis.call('EXPIRE', finished, ttl)
 end
 
 -- finished jobs whose hash has expired: drop them from the owner index

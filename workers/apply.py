@@ -405,10 +405,11 @@ class Applier:
         if stored and not changes and op != REMOVE:
             # Same record (e.g. a restarted collector re-shipping): note the cycle only.
             fp_value = f"{it.get('fp', '')} {new.get('state', '')}" if live else ""
+            unused = self._index(keys, kind)  # a touch writes no index, stream or set
             touch = _ObjectWrite(
                 op="touch", expected=expected, oid=oid, fp_field=object_key(kind, oid),
                 fp_value=fp_value, final="0", fields={"cycle": str(chunk.cycle)}, key=okey,
-                index=self._index(keys, kind), stream=keys.events,
+                index=unused, stream=keys.events, finished=unused,
             )  # fmt: skip
             return [touch]
         # versions count within an epoch: the first change in a new one is 1 again
@@ -451,15 +452,17 @@ class Applier:
         if kind == JOB:
             assert w.user is not None
             channel, index = keys.user_channel(w.user), keys.user_jobs(w.user)
-            stream = keys.user_events(w.user)
+            stream, finished = keys.user_events(w.user), keys.user_finished(w.user)
         else:
             channel, index, stream = keys.nodes_channel, self._index(keys, kind), keys.events
+            finished = index
         fp_value = f"{w.it.get('fp', '')} {w.state}" if (w.live and op == UPSERT) else ""
         return _ObjectWrite(
             op="remove" if op == REMOVE else "apply", expected=w.expected, oid=oid,
             user=w.user or "", channel=channel, eid=event["id"], etype=etype,
             json=orjson.dumps(event), fp_field=object_key(kind, oid), fp_value=fp_value,
             final="1" if final else "0", fields=fields, key=w.okey, index=index, stream=stream,
+            finished=finished,
         )  # fmt: skip
 
     @staticmethod
@@ -533,9 +536,10 @@ class _ObjectWrite:
     key: str  # the object's hash
     index: str  # the owner's job index, or the node/queue set
     stream: str  # the stream the event goes to
+    finished: str  # the owner's finished jobs (jobs only; the index again otherwise)
 
     def keys(self) -> list[str]:
-        return [self.key, self.index, self.stream]
+        return [self.key, self.index, self.stream, self.finished]
 
     def argv(self) -> list[Any]:
         argv: list[Any] = [

@@ -111,6 +111,13 @@ class SiteKeys:
     def user_events(self, user: str) -> str:
         return f"{self.user_base(user)}:events"
 
+    def user_finished(self, user: str) -> str:
+        """Sorted set of the user's finished jobs whose hash is kept, scored by when
+        they ended (Redis' clock in ms, as the streams' ids): how a user lists
+        them without the owner index, and how a subscriber finds the jobs that
+        ended while it was away, whatever the streams still hold."""
+        return f"{self.user_base(user)}:finished"
+
     def user_channel(self, user: str) -> str:
         return self.user_base(user)
 

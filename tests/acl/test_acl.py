@@ -45,7 +45,7 @@ from tests.support.sdk import CountingClient, once_subscribed
 def test_rules_of_a_user_are_exactly_these():
     assert acl.user_rules("alice", [SITE]) == [
         "-@all", "+ping", "+select", "+exists", "+hget", "+hmget", "+hgetall", "+smembers",
-        "+xrange", "+xrevrange", "+xread", "+xinfo|stream", "+subscribe", "+unsubscribe",
+        "+xrange", "+xrevrange", "+xread", "+xinfo|stream", "+zrange", "+subscribe", "+unsubscribe",
         "+ssubscribe", "+sunsubscribe", "+info|cluster", "+cluster|slots", "+readonly",
         "+asking",
         "%R~jobtap:{hpc1}:u:alice:*", "%R~jobtap:{hpc1}:node:*", "%R~jobtap:{hpc1}:queue:*",

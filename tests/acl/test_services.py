@@ -17,6 +17,7 @@ import redis
 import jobtap
 from jobtap.acl import rules as acl
 from jobtap.keys import SiteKeys
+from jobtap.workers.apply import Settings
 from sim.rig.paths import ROOT
 from sim.rig.wait import eventually
 from tests.support.acl import (
@@ -251,6 +252,45 @@ def test_user_lists_her_finished_jobs(acl_server, writer):
     writer.job("1.pbs", "alice", state="completed", exit_status=0)
     with jobtap.Client(acl_server.url, site=SITE, username="alice", password="pw-alice") as c:
         assert [j.id for j in c.jobs(user="alice", finished=True)] == ["1.pbs"]
+
+
+def test_user_lists_her_finished_jobs_after_her_stream_let_them_go(acl_server, writer):
+    """Her finished jobs are listed as long as their hash is kept, not as long as
+    her stream holds their finals: the users' streams keep no more than the site
+    stream's window (workers/apply.lua), which a busy site fills in hours."""
+    set_up_users(acl_server, ["alice"])
+    writer.applier.settings = Settings(site_maxlen=20)
+    writer.job("1.pbs", "alice")
+    writer.job("1.pbs", "alice", state="completed", exit_status=0)
+    for i in range(2, 5):  # her stream's first node fills (MINID ~ trims whole nodes)
+        writer.job(f"{i}.pbs", "alice")
+    for i in range(5, 200):  # others' jobs move the site stream's window on
+        writer.job(f"{i}.pbs", "bob")
+    writer.job("200.pbs", "alice")  # her next event trims her stream to the window
+    admin = acl_server.client()
+    finals = [f for _, f in admin.xrange(K.user_events("alice")) if f[b"type"] == b"final"]
+    assert finals == []
+    with jobtap.Client(acl_server.url, site=SITE, username="alice", password="pw-alice") as c:
+        assert [j.id for j in c.jobs(user="alice", finished=True)] == [
+            "1.pbs",
+            "2.pbs",
+            "3.pbs",
+            "4.pbs",
+            "200.pbs",
+        ]
+        assert [j.id for j in c.jobs(user="alice", state="completed")] == ["1.pbs"]
+
+
+def test_a_user_of_older_rules_lists_her_finished_jobs_from_her_stream(acl_server, writer, caplog):
+    """Rules made before the finished set (no ZRANGE): the listing falls back to
+    the finals of her stream, and says how to grant the rest."""
+    set_up_users(acl_server, ["alice"])
+    acl_server.client().execute_command("ACL", "SETUSER", "alice", "-zrange")
+    writer.job("1.pbs", "alice")
+    writer.job("1.pbs", "alice", state="completed", exit_status=0)
+    with jobtap.Client(acl_server.url, site=SITE, username="alice", password="pw-alice") as c:
+        assert [j.id for j in c.jobs(user="alice", finished=True)] == ["1.pbs"]
+    assert "run jobtap acl sync" in caplog.text
 
 
 def test_operator_can_run_jobtap_status(acl_server, writer):

@@ -110,7 +110,8 @@ def acl_user(r, user: str, password: str) -> None:
     their own channel and the nodes channel, nothing else."""
     base = f"jobtap:{{{SITE}}}"
     commands = ["ping", "select", "exists", "hget", "hmget", "hgetall", "smembers", "xrange",
-                "xrevrange", "xread", "xinfo|stream", "subscribe", "unsubscribe"]  # fmt: skip
+                "xrevrange", "xread", "xinfo|stream", "zrange", "subscribe",
+                "unsubscribe"]  # fmt: skip
     r.execute_command(
         "ACL", "SETUSER", user, "on", f">{password}", "resetkeys", "resetchannels", "-@all",
         *(f"+{c}" for c in commands),

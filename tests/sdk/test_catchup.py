@@ -11,7 +11,7 @@ import time
 
 import jobtap
 from sim.rig.wait import eventually
-from tests.support.sdk import SITE, Barrier, Recorder, Writer
+from tests.support.sdk import SITE, Barrier, K, Recorder, Writer
 
 
 class Gated(Recorder):
@@ -241,3 +241,33 @@ def test_a_scan_past_a_trimmed_boundary_is_not_complete(r):
     r.xtrim("s", minid=sids[2], approximate=False)
     assert scan_back(r, "s", stop_at=sids[2].decode(), processed=lambda e: False).complete
 
+
+def test_a_job_born_and_ended_in_a_gap_its_stream_let_go_of_still_ends(redis_server, hermetic):
+    """The callback falls behind; meanwhile a job is submitted and ends, and the
+    user's stream lets go of all of it (its retention is shorter than the lag).
+    Neither the streams nor the live set know that job any more: the user's
+    finished set does (workers/apply.lua), and its final is delivered, once."""
+    r = redis_server.client()
+    w = Writer(r)
+    w.job("1.pbs")
+    client = jobtap.Client(redis_server.url, site=SITE, queue_limit=3)
+    barrier = Barrier(client, w)
+    rec = Gated("1.pbs")
+    sub = client.subscribe(rec, user="alice")
+    w.job("1.pbs", comment="go")
+    eventually(rec.held.is_set, what="the callback held")
+    for n in range(3):  # past the bound
+        w.job("1.pbs", comment=f"c{n}")
+    w.job("2.pbs")
+    w.finish("2.pbs")
+    w.job("1.pbs", comment="last")
+    stream = K.user_events("alice")
+    r.xtrim(stream, minid=r.xrange(stream)[-1][0], approximate=False)  # the last event only
+    rec.gate.set()
+    rec.wait_for(lambda cs: bool(finals(rec, "2.pbs")))
+    barrier()
+    (final,) = finals(rec, "2.pbs")  # from its record: the stream let go of its final event
+    assert final.type == "resync" and final.final and final.record.state == "completed"
+    assert rec.changes[-1].object_id == "1.pbs" and rec.changes[-1].record.comment == "last"
+    assert sub.resyncs >= 1
+    client.close()

@@ -275,3 +275,46 @@ def test_the_rq_entry_point_named_by_the_contract_is_the_apply_step():
     from jobtap.workers.apply import apply_chunk
 
     assert import_attribute(APPLY_FUNC) is apply_chunk
+
+
+def _sid(raw: bytes) -> tuple[int, int]:
+    ms, _, seq = raw.decode().partition("-")
+    return int(ms), int(seq)
+
+
+def test_users_streams_keep_nothing_older_than_the_site_stream(r):
+    """user_maxlen bounds each user's stream, and the site stream's oldest event
+    bounds them all: together they hold no more than the site stream does,
+    however many users a site has (each kept up to user_maxlen before)."""
+    a = Applier(r, Settings(site_maxlen=40, user_maxlen=10_000))
+    users = [f"u{i}" for i in range(8)]
+    for cycle in range(1, 31):  # 240 jobs' events through a site stream of about 40
+        a.apply(chunk(cycle, [up(job(jid=f"{cycle}.{u}", user=u)) for u in users]))
+    site = r.xrange(K.events)
+    assert len(site) < 240
+    oldest = _sid(site[0][0])
+    for u in users:
+        kept = r.xrange(K.user_events(u))
+        assert kept, u  # each user has events of the last cycles
+        # MINID ~ trims whole stream nodes: what is left of a node may be older
+        node = 100  # stream-node-max-entries: the most a node can hold
+        assert sum(_sid(sid) < oldest for sid, _ in kept) < node
+    held = sum(r.xlen(K.user_events(u)) for u in users)
+    assert held < 240
+
+
+def test_a_final_puts_the_job_in_its_users_finished_set_for_the_retention(r):
+    a = Applier(r, Settings(retention=600))
+    a.apply(chunk(1, [up(job()), up(job(jid="2.pbs"))]))
+    a.apply(chunk(2, [up(job(state="completed", exit_status=0))]))
+    finished = K.user_finished("alice")
+    seconds, micros = r.time()
+    ended = r.zscore(finished, "1.pbs")  # when it ended, by Redis' clock (ms), as stream ids
+    assert ended == pytest.approx(seconds * 1000 + micros // 1000, abs=5000)
+    assert ended <= int(r.xrange(K.user_events("alice"))[-1][0].split(b"-")[0])
+    assert r.zrange(finished, 0, -1) == [b"1.pbs"]  # 2.pbs is live
+    assert 0 < r.ttl(finished) <= 600  # the set goes with the last job in it
+    # a job that ended more than the retention ago leaves at the next final of its user
+    r.zadd(finished, {"1.pbs": ended - 601_000})
+    a.apply(chunk(3, [up(job(jid="2.pbs", state="failed", exit_status=1))]))
+    assert r.zrange(finished, 0, -1) == [b"2.pbs"]
