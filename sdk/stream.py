@@ -23,11 +23,16 @@ object) are dropped before they reach the caller, within a bounded memory of
 deterministic: use it as the key downstream).
 
 After a disconnect the stream reconnects with backoff and carries on where it
-left off; nothing is skipped.  If Redis lost data meanwhile (it restarted, failed
-over, or went back to an older snapshot), the events written afterwards carry a
-new site epoch (see :mod:`jobtap.events`) and versions from 1 again: the
-de-duplication counts versions per epoch, so the new epoch's events all go
-through (:attr:`EventStream.epoch` and ``epochs`` say what was seen).
+left off; nothing is skipped that the stream still holds.  The streams are
+bounded (the workers' ``--site-maxlen``, ``--user-maxlen`` and ``--max-age``; a
+user's stream keeps nothing older than the site stream's oldest event): a plain
+reader behind by more than that is told, each time, in a warning and in
+:attr:`EventStream.gaps`, and goes on from the oldest event the stream holds.
+If Redis lost data meanwhile (it restarted, failed over, or went back to an
+older snapshot), the events written afterwards carry a new site epoch (see
+:mod:`jobtap.events`) and versions from 1 again: the de-duplication counts
+versions per epoch, so the new epoch's events all go through
+(:attr:`EventStream.epoch` and ``epochs`` say what was seen).
 
 With ``native=True`` each event comes with the scheduler's own record in
 ``record.native``, which events of format 2 leave in the object's hash (see
@@ -55,7 +60,7 @@ from typing import Any
 import redis
 from tenacity import RetryCallState
 
-from .backfill import newest_id, parse_sid
+from .backfill import newest_id, parse_sid, removed_count, trimmed_after
 from .cache import Cache, Ref
 from .connection import AnyRedis, Site
 from .dedupe import VersionMemory
@@ -80,8 +85,9 @@ class EventStream(Iterator[Change]):
 
     ``idle_timeout`` ends the iteration after that many seconds without an event
     (default: never).  Attributes: ``last_id``, ``delivered``, ``duplicates``,
-    ``claimed``, ``epoch`` (the site epoch of the last event read) and ``epochs``
-    (how many times it changed).
+    ``claimed``, ``epoch`` (the site epoch of the last event read), ``epochs``
+    (how many times it changed) and ``gaps`` (plain mode: how many times events
+    were trimmed away before they were read).
     """
 
     def __init__(
@@ -127,6 +133,11 @@ class EventStream(Iterator[Change]):
         """The site epoch of the last event read (see :mod:`jobtap.events`)."""
         self.epochs = 0
         """How many new epochs began while reading (Redis lost data)."""
+        self.gaps = 0
+        """Plain mode: how many times the stream had let go of events after the
+        position before they were read (the reader was behind by more than the
+        stream keeps: each one is logged)."""
+        self._place: int | None = None  # plain mode: entries the stream added up to _pos
         self._epochs_seen: set[str] = set()
         self._memory = VersionMemory(dedupe)
         self._buffer: deque[Change] = deque()
@@ -343,10 +354,49 @@ class EventStream(Iterator[Change]):
                 self._pos = newest_id(self.r, self.key)
             else:
                 self._pos = "0-0" if self.since == "0" else self.since
-        reply = self.r.xread({self.key: self._pos}, count=self.count, block=self._block_ms())
-        for sid, fields in entries(reply):
+        # what the stream let go of, read just before the events (same round trip)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xinfo_stream(self.key)
+        pipe.xread({self.key: self._pos}, count=self.count, block=self._block_ms())
+        info, reply = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        got = entries(reply)
+        if not isinstance(info, Exception):  # no stream yet: nothing was let go of
+            self._count_gap(info, len(got))
+        for sid, fields in got:
             self._pos = sid
             self._offer(sid, fields)
+
+    def _count_gap(self, info: dict[str, Any], n: int) -> None:
+        """Count and log a gap: the stream let go of events after the position
+        before they were read (its retention, the workers' ``--site-maxlen``,
+        ``--user-maxlen`` and ``--max-age``, is shorter than this reader's lag).
+        The position's place in the stream (``entries-added`` up to it) tells how
+        many went, and that none did for a reader at the end of a stream whose
+        old events age out; a reader resumed from an id has no place until it
+        reaches the end, and a trim past that id counts as a gap."""
+        assert self._pos is not None
+        removed = removed_count(info)
+        if self._pos == "0-0" and self._place is None:  # "0": what the stream holds now
+            self._place = removed
+        elif self._pos == text(info.get("last-generated-id") or b""):
+            self._place = int(info.get("entries-added") or 0)  # at the end: nothing missed
+        lost: int | None = None
+        if self._place is not None:
+            lost = max(removed - self._place, 0)
+        elif trimmed_after(info, self._pos):
+            lost = -1  # some; how many is not known
+        if lost:
+            self.gaps += 1
+            log.warning(
+                "jobtap: stream %s let go of %s event(s) after %s before they were read (this "
+                "reader was behind by more than the stream keeps); going on from the oldest "
+                "it holds", self.key, "some" if lost < 0 else lost, self._pos,
+            )  # fmt: skip
+            self._place = removed  # the batch starts at the stream's first entry
+        if self._place is not None:
+            self._place += n
 
     def _fetch_group(self, group: str, consumer: str) -> None:
         r, key = self.r, self.key

@@ -45,6 +45,48 @@ def test_plain_from_the_start_and_resume_from_last_id(client, writer, r):
     assert [c.id for c in rest] == expected[12:]
 
 
+def test_a_reader_behind_by_more_than_the_stream_keeps_is_told(client, writer, r, caplog):
+    """Events trimmed away after a plain reader's position before it read them:
+    counted in gaps and logged with the range, and reading goes on from the
+    oldest event the stream holds; trims of what it read already are no gap."""
+    fill(writer)  # 50 events
+    expected = all_ids(r)
+    sids = [sid for sid, _ in r.xrange(K.events)]
+    s = client.stream(since="0", count=10, idle_timeout=0.3)
+    assert [next(s).id for _ in range(10)] == expected[:10]
+    r.xtrim(K.events, minid=sids[5], approximate=False)  # behind the reader: no gap
+    assert [next(s).id for _ in range(10)] == expected[10:20] and s.gaps == 0
+    # the reader is at 20: the stream lets go of 20..29 before it reads them
+    r.xtrim(K.events, minid=sids[30], approximate=False)
+    assert [c.id for c in s] == expected[30:]
+    assert s.gaps == 1 and s.last_id == sids[-1].decode()
+    assert f"let go of 10 event(s) after {sids[19].decode()}" in caplog.text
+
+
+def test_a_reader_resumed_from_an_id_the_stream_let_go_of_is_told(client, writer, r, caplog):
+    fill(writer)
+    expected = all_ids(r)
+    sids = [sid for sid, _ in r.xrange(K.events)]
+    r.xtrim(K.events, minid=sids[30], approximate=False)
+    s = client.stream(since=sids[9].decode(), idle_timeout=0.3)
+    assert [c.id for c in s] == expected[30:]
+    assert s.gaps == 1 and f"let go of some event(s) after {sids[9].decode()}" in caplog.text
+
+
+def test_old_events_aging_out_behind_a_reader_at_the_end_are_no_gap(client, writer, r):
+    """A reader that read everything; then a new event comes and the stream lets
+    go of all it held before (aged out: MINID) before the reader reads again: the
+    stream's first event is newer than the reader's position, and nothing was
+    missed."""
+    fill(writer, jobs=2, versions=1)
+    s = client.stream(since="0", idle_timeout=0.3)
+    assert len([next(s) for _ in range(2)]) == 2
+    writer.job("0.pbs", comment="new")
+    newest = r.xrange(K.events)[-1][0]
+    r.xtrim(K.events, minid=newest, approximate=False)  # the two it read aged out
+    assert [c.id for c in s] == all_ids(r) and s.gaps == 0
+
+
 def test_default_is_new_events_only(client, writer, r):
     fill(writer, jobs=2, versions=1)
     s = client.stream(idle_timeout=1.0, block=0.1)
