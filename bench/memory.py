@@ -90,7 +90,7 @@ from typing import Any
 
 import orjson
 
-from bench.apply import config_args, redis_cpu
+from bench.apply import applier_at, config_args, redis_cpu
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import CycleReport, compare, normalise_many
 from jobtap.collector.fingerprint import fingerprint_all
@@ -117,9 +117,11 @@ class Side:
 
     settings: Settings
     redis_config: tuple[str, ...] = ()
+    rev: str | None = None  # the apply step of this commit (bench.apply.applier_at), not the tree's
 
     def __str__(self) -> str:
-        return f"{self.settings}; redis-server {list(self.redis_config) or 'as built'}"
+        at = f"; workers/ of {self.rev}" if self.rev else ""
+        return f"{self.settings}; redis-server {list(self.redis_config) or 'as built'}{at}"
 
 
 # The sides: name -> Side.  Each is filled on a redis-server of its own and printed
@@ -132,6 +134,11 @@ SIDES: dict[str, Side] = {
     "format 2": Side(Settings()),
     # deploy/redis/jobtap.conf's: a job hash is a listpack, not a hashtable
     "format 2 + listpack": Side(Settings(), ("hash-max-listpack-value 8192",)),
+    # the same before the users' streams were bounded by the site stream's window
+    # (each user's by user_maxlen alone)
+    "format 2 + listpack at 0cb794e": Side(
+        Settings(), ("hash-max-listpack-value 8192",), "0cb794e"
+    ),
 }
 
 
@@ -258,10 +265,11 @@ def _ship(
         yield Chunk(SITE, report.cycle, report.observed_at, kind, list(part))
 
 
-def fill(r, settings: Settings, site: Site) -> Filled:
-    """Fill ``r`` with the site through an ``Applier`` with ``settings``."""
+def fill(r, settings: Settings, site: Site, rev: str | None = None) -> Filled:
+    """Fill ``r`` with the site through an ``Applier`` with ``settings`` (that of
+    commit ``rev`` if given)."""
     filled = Filled()
-    applier = Applier(r, settings)
+    applier = (applier_at(rev) if rev else Applier)(r, settings)
     cpu0 = redis_cpu(r)
     t0 = shown = time.perf_counter()
     for c in collect(site, settings.retention, filled):
@@ -280,7 +288,7 @@ def fill(r, settings: Settings, site: Site) -> Filled:
 
 # -- key kinds ---------------------------------------------------------------------------
 # The per-object keys, by the SiteKeys method that names them
-PER_OBJECT = ("job", "user_jobs", "user_events", "node", "queue")
+PER_OBJECT = ("job", "user_jobs", "user_events", "user_finished", "node", "queue")
 LABELS = {
     "events": "site stream",
     "user_events": "users' streams",
@@ -292,6 +300,7 @@ LABELS = {
     "fingerprints": "fingerprints hash",
     "expiry": "expiry zset",
     "user_jobs": "users' live-job sets",
+    "user_finished": "users' finished-job sets",
     "node_index": "node index set",
     "queue_index": "queue index set",
     "meta": "meta",
@@ -332,7 +341,9 @@ class KeyKinds:
 
 
 def _arity(method: str) -> int:
-    return {"job": 2, "user_jobs": 1, "user_events": 1, "node": 1, "queue": 1}[method]
+    return {"job": 2, "user_jobs": 1, "user_events": 1, "user_finished": 1, "node": 1, "queue": 1}[
+        method
+    ]
 
 
 @dataclass
@@ -592,7 +603,7 @@ def _other_ways(
 
 # -- printing ----------------------------------------------------------------------------
 ORDER = (
-    "events", "user_events", "job live", "job finished", "node", "queue", "owner",
+    "events", "user_events", "job live", "job finished", "user_finished", "node", "queue", "owner",
     "fingerprints", "expiry", "user_jobs", "node_index", "queue_index", "meta",
 )  # fmt: skip
 
@@ -774,7 +785,7 @@ def run_side(name: str, side: Side, site: Site, sample: int) -> tuple[Measured, 
     server = RedisServer(args=config_args(list(side.redis_config))).start()
     try:
         r = server.client()
-        filled = fill(r, side.settings, site)
+        filled = fill(r, side.settings, site, side.rev)
         print_fill(name, side, site, filled)
         measured = measure(r)
         a = anatomy(r, measured, sample)
