@@ -90,7 +90,7 @@ USER_COMMANDS = (
 CLUSTER_COMMANDS = ("info|cluster", "cluster|slots", "readonly", "asking")
 # Consumer groups (``client.stream(user=..., group=...)``) change the group's
 # state on the stream: granted on the user's own event stream only, by a selector.
-GROUP_COMMANDS = ("xgroup|create", "xreadgroup", "xack", "xautoclaim")
+GROUP_COMMANDS = ("xgroup|create", "xreadgroup", "xack", "xautoclaim", "xinfo|groups")
 # redis-py sends CLIENT SETINFO when it connects (and ignores a refusal); the
 # subcommand exists from Redis 7.2 on.
 SETINFO = "client|setinfo"
@@ -187,7 +187,7 @@ def user_rules(
         %R~jobtap:{hpc1}:u:alice:* %R~jobtap:{hpc1}:node:* %R~jobtap:{hpc1}:queue:*
         %R~jobtap:{hpc1}:nodes %R~jobtap:{hpc1}:queues
         &jobtap:{hpc1}:u:alice &jobtap:{hpc1}:nodes
-        (~jobtap:{hpc1}:u:alice:events +xgroup|create +xreadgroup +xack +xautoclaim)
+        (~jobtap:{hpc1}:u:alice:events +xgroup|create +xreadgroup +xack +xautoclaim +xinfo|groups)
     """
     check_user(user, reserved=())
     rules = ["-@all", *(f"+{c}" for c in (*USER_COMMANDS, *CLUSTER_COMMANDS))]

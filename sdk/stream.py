@@ -26,8 +26,9 @@ After a disconnect the stream reconnects with backoff and carries on where it
 left off; nothing is skipped that the stream still holds.  The streams are
 bounded (the workers' ``--site-maxlen``, ``--user-maxlen`` and ``--max-age``; a
 user's stream keeps nothing older than the site stream's oldest event): a plain
-reader behind by more than that is told, each time, in a warning and in
-:attr:`EventStream.gaps`, and goes on from the oldest event the stream holds.
+reader (or consumer group) behind by more than that is told, each time, in a
+warning and in :attr:`EventStream.gaps`, and goes on from the oldest event the
+stream holds.
 If Redis lost data meanwhile (it restarted, failed over, or went back to an
 older snapshot), the events written afterwards carry a new site epoch (see
 :mod:`jobtap.events`) and versions from 1 again: the de-duplication counts
@@ -86,8 +87,8 @@ class EventStream(Iterator[Change]):
     ``idle_timeout`` ends the iteration after that many seconds without an event
     (default: never).  Attributes: ``last_id``, ``delivered``, ``duplicates``,
     ``claimed``, ``epoch`` (the site epoch of the last event read), ``epochs``
-    (how many times it changed) and ``gaps`` (plain mode: how many times events
-    were trimmed away before they were read).
+    (how many times it changed) and ``gaps`` (how many times events were
+    trimmed away before they were read).
     """
 
     def __init__(
@@ -134,9 +135,9 @@ class EventStream(Iterator[Change]):
         self.epochs = 0
         """How many new epochs began while reading (Redis lost data)."""
         self.gaps = 0
-        """Plain mode: how many times the stream had let go of events after the
-        position before they were read (the reader was behind by more than the
-        stream keeps: each one is logged)."""
+        """How many times the stream had let go of events after the position (a
+        consumer group's, in group mode) before they were read: the reader was
+        behind by more than the stream keeps.  Each one is logged."""
         self._place: int | None = None  # plain mode: entries the stream added up to _pos
         self._epochs_seen: set[str] = set()
         self._memory = VersionMemory(dedupe)
@@ -388,22 +389,29 @@ class EventStream(Iterator[Change]):
         elif trimmed_after(info, self._pos):
             lost = -1  # some; how many is not known
         if lost:
-            self.gaps += 1
-            log.warning(
-                "jobtap: stream %s let go of %s event(s) after %s before they were read (this "
-                "reader was behind by more than the stream keeps); going on from the oldest "
-                "it holds", self.key, "some" if lost < 0 else lost, self._pos,
-            )  # fmt: skip
+            self._report_gap(lost, self._pos)
             self._place = removed  # the batch starts at the stream's first entry
         if self._place is not None:
             self._place += n
+
+    def _report_gap(self, lost: int, after: str) -> None:
+        """``lost`` events (-1: some) went after ``after`` before they were read."""
+        self.gaps += 1
+        log.warning(
+            "jobtap: stream %s let go of %s event(s) after %s before they were read (this "
+            "reader was behind by more than the stream keeps); going on from the oldest "
+            "it holds", self.key, "some" if lost < 0 else lost, after,
+        )  # fmt: skip
 
     def _fetch_group(self, group: str, consumer: str) -> None:
         r, key = self.r, self.key
         if not self._group_ready:
             try:
                 start = self.since or "$"
-                r.xgroup_create(key, group, id=start, mkstream=True)
+                # from "0": the group starts at what the stream holds now (its
+                # place: the entries it let go of), so that is no gap
+                read = self._removed(key) if start == "0" else None
+                r.xgroup_create(key, group, id=start, mkstream=True, entries_read=read)
             except redis.ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
@@ -450,9 +458,40 @@ class EventStream(Iterator[Change]):
                     self._offer(text(sid), fields)
                 return
         wait = self._block_ms(self._next_claim - time.monotonic())
-        reply = r.xreadgroup(group, consumer, {key: ">"}, count=self.count, block=wait)
+        # what the stream let go of, and the group's place, just before the events
+        pipe = r.pipeline(transaction=False)
+        pipe.xinfo_stream(key)
+        pipe.xinfo_groups(key)
+        pipe.xreadgroup(group, consumer, {key: ">"}, count=self.count, block=wait)
+        info, groups, reply = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        if not isinstance(info, Exception) and not isinstance(groups, Exception):
+            mine = [g for g in groups if text(g.get("name") or b"") == group]
+            if mine:
+                self._count_group_gap(info, mine[0])
         for sid, fields in entries(reply):
             self._offer(sid, fields)
+
+    def _removed(self, key: str) -> int:
+        try:
+            return removed_count(self.r.xinfo_stream(key))
+        except redis.ResponseError:  # no stream yet
+            return 0
+
+    def _count_group_gap(self, info: dict[str, Any], group: dict[str, Any]) -> None:
+        """A consumer group's gap: Redis keeps its place (``entries-read``), so
+        the events the stream let go of past it are counted as a plain reader's
+        are (``_count_gap``); a group whose place Redis does not know (made at an
+        id) counts a trim past its last delivered id as a gap."""
+        place = group.get("entries-read")
+        last = text(group.get("last-delivered-id") or b"0-0")
+        if place is not None:
+            lost = max(removed_count(info) - int(place), 0)
+        else:
+            lost = -1 if trimmed_after(info, last) else 0
+        if lost:
+            self._report_gap(lost, last)
 
 
 def _valid_id(value: str) -> bool:

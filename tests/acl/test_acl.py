@@ -51,7 +51,8 @@ def test_rules_of_a_user_are_exactly_these():
         "%R~jobtap:{hpc1}:u:alice:*", "%R~jobtap:{hpc1}:node:*", "%R~jobtap:{hpc1}:queue:*",
         "%R~jobtap:{hpc1}:nodes", "%R~jobtap:{hpc1}:queues",
         "&jobtap:{hpc1}:u:alice", "&jobtap:{hpc1}:nodes",
-        "(~jobtap:{hpc1}:u:alice:events +xgroup|create +xreadgroup +xack +xautoclaim)",
+        "(~jobtap:{hpc1}:u:alice:events +xgroup|create +xreadgroup +xack +xautoclaim"
+        " +xinfo|groups)",
     ]  # fmt: skip
     no_groups = acl.user_rules("alice", [SITE, "hpc2"], groups=False)
     assert not any(r.startswith("(") for r in no_groups)

@@ -87,6 +87,22 @@ def test_old_events_aging_out_behind_a_reader_at_the_end_are_no_gap(client, writ
     assert [c.id for c in s] == all_ids(r) and s.gaps == 0
 
 
+def test_a_consumer_group_behind_by_more_than_the_stream_keeps_is_told(client, writer, r, caplog):
+    """Redis keeps a group's place (entries-read): events the stream let go of
+    past it are counted; a group made from "0" on a stream that had let go of
+    events starts at what it holds, which is no gap."""
+    fill(writer)  # 50 events
+    expected = all_ids(r)
+    sids = [sid for sid, _ in r.xrange(K.events)]
+    r.xtrim(K.events, minid=sids[5], approximate=False)
+    s = client.stream(group="g", since="0", count=10, idle_timeout=0.3)
+    assert [next(s).id for _ in range(10)] == expected[5:15] and s.gaps == 0
+    r.xtrim(K.events, minid=sids[25], approximate=False)  # 15..24 go before they are read
+    assert [c.id for c in s] == expected[25:]
+    assert s.gaps == 1 and f"let go of 10 event(s) after {sids[14].decode()}" in caplog.text
+    s.close()
+
+
 def test_default_is_new_events_only(client, writer, r):
     fill(writer, jobs=2, versions=1)
     s = client.stream(idle_timeout=1.0, block=0.1)
