@@ -357,11 +357,18 @@ class LossRun:
         """Redis killed and started empty between two cycles, while the worker,
         stopped between two chunks, still believes in the old epoch; it goes on
         once the collector has shipped everything again (chunks of several
-        batches, the first it takes after the loss)."""
-        self.worker.freeze(idle=self._worker_waiting)
-        try:
+        batches, the first it takes after the loss).  The collector is held at the
+        start of its cycle meanwhile, so that the worker drains what was shipped
+        and can be stopped waiting for more: behind a 0.2 s loop on a loaded
+        machine it may otherwise hold a chunk every time it is looked at."""
+
+        def between_cycles() -> None:
+            self.worker.freeze(idle=self._worker_waiting)
             eventually(self.tap.caught_up, timeout=30, what="the tap read the stream")
-            self._in_collector("before_cycle", lambda: restart_empty(self.server))
+            restart_empty(self.server)
+
+        try:
+            self._in_collector("before_cycle", between_cycles, timeout=90)
             self.losses.append("empty")
             self.cycles(1)  # it found the new epoch and shipped everything again
             self.in_flight.append(Loss("empty", False, queued=self._queued()))
@@ -402,7 +409,7 @@ class LossRun:
         finally:
             self.worker.thaw()
 
-    def _in_collector(self, where: str, action: Callable[[], None]) -> None:
+    def _in_collector(self, where: str, action: Callable[[], None], timeout: float = 30) -> None:
         """Run ``action`` in the collector's thread at ``where`` of its next cycle
         (``before_cycle``, ``after_stat``) and wait until it ran."""
         done = threading.Event()
@@ -417,7 +424,7 @@ class LossRun:
                 done.set()
 
         setattr(self.svc if where == "before_cycle" else self.backend, where, act)
-        eventually(done.is_set, timeout=30, what=f"the collector at {where}")
+        eventually(done.is_set, timeout=timeout, what=f"the collector at {where}")
         if failed:
             raise failed[0]
 
