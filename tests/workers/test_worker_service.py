@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -192,11 +193,16 @@ def test_a_worker_without_redis_retries_in_one_loop(redis_server, tmp_path):
     r = redis_server.client()
     log = tmp_path / "worker.log"
     proc = start_worker(redis_server, log)
+    hold = socket.socket()
     try:
         ship(r, 1, ["1.pbs"])
         eventually(lambda: r.xlen(K.events) == 1, timeout=20, what="chunk applied")
         until_idle(r)
         redis_server.stop(kill=True)
+        # its port stays refused: another test's redis-server on it (free ports are
+        # handed out again) would take the worker's tries, and it would never retry
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hold.bind(("127.0.0.1", redis_server.port))
 
         def waits() -> list[int]:
             return [int(w) for w in re.findall(r"retrying in (\d+) seconds", log.read_text())]
@@ -204,11 +210,15 @@ def test_a_worker_without_redis_retries_in_one_loop(redis_server, tmp_path):
         # the worker loop's third try (1 + 2 s after the first): the command
         # channel's thread, had it run, would have tried at least twice by then
         # (a bound for a loaded machine: a clean make test once took over 30 s)
-        eventually(lambda: len(waits()) >= 3, timeout=90, what="three tries")
+        try:
+            eventually(lambda: len(waits()) >= 3, timeout=90, what="three tries")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the worker's log:\n{log.read_text()}") from None
         assert waits()[:3] == [1, 2, 4]
         assert all(a < b for a, b in zip(waits(), waits()[1:])), log.read_text()
     finally:
         status = stop_worker(proc)
+        hold.close()
     assert status == 0, log.read_text()
 
 
