@@ -660,16 +660,14 @@ class Dispatcher:
         ended = self._site_call(
             name, partial(target.ended_since, cache, partial(feed.position, name))
         )
-        news: set[str] = set()
         for ref in listing + ended:
             p = object_prefix(name, ref.kind, ref.oid)
             if not feed.finished(p):
                 refs.setdefault(p, ref)
-        for ref in ended:
-            news.add(object_prefix(name, ref.kind, ref.oid))
+        news = frozenset(object_prefix(name, ref.kind, ref.oid) for ref in ended)
         order = list(refs)
         records = self._site_call(name, lambda: cache.read([refs[p] for p in order]))
-        return refs, dict(zip(order, records, strict=True)), frozenset(news)
+        return refs, dict(zip(order, records, strict=True)), news
 
     def _scan_streams(self, feed: Feed, name: str, target: Target) -> dict[str, Scan]:
         """Each readable stream of the target scanned back for what ``feed`` missed."""

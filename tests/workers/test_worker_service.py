@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -204,16 +203,11 @@ def test_a_worker_without_redis_retries_in_one_loop(redis_server, tmp_path):
     r = redis_server.client()
     log = tmp_path / "worker.log"
     proc = start_worker(redis_server, log)
-    hold = socket.socket()
     try:
         ship(r, 1, ["1.pbs"])
         eventually(lambda: r.xlen(K.events) == 1, timeout=20, what="chunk applied")
         until_idle(r)
         redis_server.stop(kill=True)
-        # its port stays refused: another test's redis-server on it (free ports are
-        # handed out again) would take the worker's tries, and it would never retry
-        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        hold.bind(("127.0.0.1", redis_server.port))
 
         def waits() -> list[float]:
             found = re.findall(RETRIED, log.read_text())
@@ -235,7 +229,6 @@ def test_a_worker_without_redis_retries_in_one_loop(redis_server, tmp_path):
         assert first[0] < first[1] < first[2], log.read_text()
     finally:
         status = stop_worker(proc)
-        hold.close()
     assert status == 0, log.read_text()
 
 
