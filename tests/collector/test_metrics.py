@@ -110,7 +110,8 @@ def test_a_new_epoch_replaces_the_old_one(r):
 def test_failed_cycles_are_counted_by_cause(pbs, r, tmp_path, mode, cause):
     metrics = CollectorMetrics(SITE)
     pbs.set("10-busy", mode="ok" if mode == "missing" else mode)
-    backend = pbs.backend(timeout=1)
+    timeout = 1 if mode == "hang" else 10  # only the hang may time out, however loaded
+    backend = pbs.backend(timeout=timeout)
     if mode == "missing":
         backend = PBSBackend(qstat=str(tmp_path / "no-qstat"), pbsnodes=str(tmp_path / "no"),
                              tz="UTC", timeout=1)  # fmt: skip
