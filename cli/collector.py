@@ -99,8 +99,8 @@ def check_interval(interval: float, backend: str) -> float:
     "--probe/--no-probe",
     default=None,
     help="Between full stats: probe what changed every cycle, or stat no jobs and rely on "
-    "follow mode's pokes.  Default: no probe with --follow on Slurm (its probe costs "
-    "slurmctld a full stat) and Flux (its journal carries every change), else probe.",
+    "follow mode's pokes.  Default: no probe with --follow on Slurm (its hook pokes each "
+    "start and end) and Flux (its journal carries every change), else probe.",
 )
 @click.option(
     "--max-targeted",
@@ -146,6 +146,16 @@ def check_interval(interval: float, backend: str) -> float:
     show_default=True,
     help="Slurm: slurmrestd command, run in inetd mode for the records of a few jobs"
     " ('' = never: a targeted stat is then one squeue --json).",
+)
+@click.option(
+    "--slurm-probe",
+    type=click.Choice(["states", "lines"]),
+    default="states",
+    show_default=True,
+    help="Slurm: the probe between full stats.  states: squeue --only-job-state where Slurm"
+    " has it (23.11+; a job is read when its state moves, other changes wait for the full"
+    " stat), else lines; lines: one squeue line per job (state, reason, priority, times,"
+    " limit...), which costs slurmctld a full listing.",
 )
 @click.option("--flux", "flux_cmd", default="flux", show_default=True, help="Flux: flux command.")
 @click.option(
@@ -215,6 +225,7 @@ def collector(
     sacct,
     scontrol,
     slurmrestd,
+    slurm_probe,
     flux_cmd,
     sim_seed,
     sim_jobs,
@@ -257,14 +268,14 @@ def collector(
             sacct=sacct,
             scontrol=scontrol,
             slurmrestd=slurmrestd,
+            state_probe=slurm_probe == "states",
         ),
         "flux": lambda: dict(command, flux=flux_cmd, overlap=probe_overlap),
         "sim": lambda: dict(seed=sim_seed, jobs=sim_jobs, nodes=sim_nodes, tick=sim_tick),
     }[backend]()
     be = make_backend(backend, **options)
     if probe is None:
-        pushed = getattr(be, "probe_costs_full_stat", False) or getattr(be, "follow_pushed", False)
-        probe = not (follow and pushed)
+        probe = not (follow and getattr(be, "follow_pushed", False))
     data = connect(redis_url)
     queues = connect_queues(queue_redis, data)
     col = Collector(

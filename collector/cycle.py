@@ -261,7 +261,7 @@ class Collector:
     ``max_targeted``: a probe naming more jobs than this makes the cycle a full
     stat (see :class:`~.plan.ObservationPlan`); ``pushed``: follow mode's pokes
     bring the jobs' changes, so the cycles between two reconciliations stat no
-    jobs (the plan for Slurm, whose probe costs slurmctld a full stat);
+    jobs (the plan for Slurm's and Flux's follow mode);
     ``clock``: the plan's seconds (monotonic; a simulation's virtual clock in
     tests and benchmarks).
     """

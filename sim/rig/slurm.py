@@ -298,9 +298,9 @@ class CycleFailed(Exception):
 class Harness:
     """The real collector on the real Slurm, each cycle drained by a real rq worker."""
 
-    def __init__(self, r, *, timeout: float = 30.0):
+    def __init__(self, r, *, timeout: float = 30.0, **backend_options):
         self.r = r
-        self.backend = cluster().backend(timeout=timeout)
+        self.backend = cluster().backend(timeout=timeout, **backend_options)
         self.collector = Collector(self.backend, r, site=SITE, nodes_every=1)
         # The tests drive cycles and refreshes by hand, with pauses far longer
         # than an interval: the lease, taken at the first of them, outlasts the test.

@@ -1,6 +1,7 @@
 """The Slurm backend's probe and targeted-stat parsers against output captured
-from a real Slurm 22.05.8 (tests/fixtures/slurm/probe/README.md says how), and
-what they refuse."""
+from a real Slurm 22.05.8 (tests/fixtures/slurm/probe/README.md says how) and,
+for the state probe, 24.11.5 (tests/fixtures/slurm/24.11/README.md), and what
+they refuse."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 from jobtap.collector.backends.base import StatError
 from jobtap.collector.backends.slurm import (
     PROBE_FIELDS,
+    STATE_PROBE_FIELDS,
     SlurmBackend,
     document_format,
     parse_probe,
+    parse_squeue,
     squeue_jobs,
 )
 from jobtap.collector.backends.slurm import rest as slurm_rest
@@ -147,3 +150,91 @@ def test_single_reads_never_change_the_jobs_a_cycle_iterates(tmp_path):
     backend.stat_some(sorted(listed)[:2])
     assert iterated == held and backend._last_jobs is not iterated
     assert backend._last_jobs == {**held, **{j: listed[j] for j in sorted(listed)[:2]}}
+
+
+STATE_DATA = fixtures_dir() / "slurm" / "24.11"
+REFUSED = fixtures_dir() / "slurm" / "22.05" / "squeue-only-job-state-1-active.json.err"
+
+
+def test_the_state_probe_names_the_jobs_squeue_json_lists_with_their_states():
+    """``squeue --only-job-state`` on 24.11 (an array with split-off tasks, one
+    with a throttled pending part, a heterogeneous job, held and pending jobs):
+    the same ids as the listing and the line probe of the same moment, each
+    signed with the job's state."""
+    states = parse_probe((STATE_DATA / "squeue-state-probe.txt").read_bytes(), STATE_PROBE_FIELDS)
+    lines = parse_probe((STATE_DATA / "squeue-state-probe-lines.txt").read_bytes())
+    listed = parse_squeue((STATE_DATA / "squeue-state-probe-listing.json").read_bytes())
+    assert set(states) == set(lines) == set(listed)
+    assert {"1_0", "1_5", "11_1", "11_4", "3", "4"} <= set(states)
+    for job_id, native in listed.items():
+        assert states[job_id] == "|".join(native["job_state"]), job_id
+        assert lines[job_id].startswith(f"{states[job_id]}|"), job_id
+
+
+def _squeue(tmp_path, listing, *, state_probe: str | None) -> tuple[str, object]:
+    """A stand-in squeue: the captured listing for ``--json``, the captured state
+    probe (or 22.05's refusal of the option: ``state_probe=None``) for
+    ``--only-job-state``, the captured line probe otherwise; each call's
+    arguments appended to a log."""
+    log = tmp_path / "squeue.log"
+    refuse = f"cat {REFUSED} | tail -n 2 >&2; exit 1"
+    only = f"cat {STATE_DATA / state_probe}" if state_probe else refuse
+    script = tmp_path / "squeue"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >>{log}\n'
+        'case " $* " in\n'
+        f"  *' --json '*) cat {listing} ;;\n"
+        f"  *' --only-job-state '*) {only} ;;\n"
+        f"  *) cat {STATE_DATA / 'squeue-state-probe-lines.txt'} ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return str(script), lambda: log.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("listing", "state_probe", "asks_states"),
+    [
+        (STATE_DATA / "squeue-state-probe-listing.json", True, True),
+        (STATE_DATA / "squeue-state-probe-listing.json", False, False),
+        (fixtures_dir() / "slurm" / "22.05" / "squeue-1-active.json", True, False),
+    ],
+    ids=["24.11", "24.11-lines", "22.05"],
+)
+def test_the_probe_asks_for_states_where_slurm_has_them(
+    tmp_path, listing, state_probe, asks_states
+):
+    """From 23.11 (the JSON of the last listing says which Slurm this is) the
+    probe is ``squeue --only-job-state``, unless told otherwise; before, and
+    before any listing, it is the line probe; ``jobtap status`` says which."""
+    squeue, calls = _squeue(tmp_path, listing, state_probe="squeue-state-probe.txt")
+    backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="", state_probe=state_probe)
+    backend.probe(None)  # before any listing: the release is not known yet
+    backend.stat_jobs()
+    probe = backend.probe(None)
+    asked = calls()
+    assert "--only-job-state" not in asked[0]
+    assert ("--only-job-state" in asked[-1]) is asks_states
+    assert "-a" not in asked[-1].split() if asks_states else "-a" in asked[-1].split()
+    assert probe.complete and "11_4" in probe.named
+    paths = backend.describe()["scheduler_paths"]
+    assert ("probe: " + squeue + (" --only-job-state" if asks_states else " lines")) in paths
+
+
+def test_a_squeue_that_refuses_the_state_probe_makes_it_the_line_probe(tmp_path):
+    """A squeue that does not know ``--only-job-state`` (22.05's complaint,
+    before a 24.11 listing: a client older than its controller): the probe
+    lists lines instead, in the same cycle and from then on, and says why."""
+    squeue, calls = _squeue(
+        tmp_path, STATE_DATA / "squeue-state-probe-listing.json", state_probe=None
+    )
+    backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="")
+    backend.stat_jobs()
+    first = backend.probe(None)
+    second = backend.probe(None)
+    assert first.named == second.named and "11_4" in first.named
+    asked = calls()[1:]
+    assert ["--only-job-state" in a for a in asked] == [True, False, False]
+    paths = backend.describe()["scheduler_paths"]
+    assert "--only-job-state refused: " in paths and "unrecognized option" in paths

@@ -1,7 +1,8 @@
 """The collector's tiers on each real Slurm of the machine (22.05, 24.11): the
-probe (one compact ``squeue`` line per job), records of just the jobs whose
-line moved (``slurmrestd``, one single-job RPC each), ``squeue --json`` only for
-the reconciliation; checked with slurmctld's own counters (``sdiag``).
+probe (one compact ``squeue`` line per job, or from 23.11 ``squeue
+--only-job-state``), records of just the jobs whose line or state moved
+(``slurmrestd``, one single-job RPC each), ``squeue --json`` only for the
+reconciliation; checked with slurmctld's own counters (``sdiag``).
 
 Slurm: the ``slurm`` and ``clean`` fixtures of tests/live/conftest.py."""
 
@@ -11,13 +12,14 @@ import pytest
 
 from jobtap.collector.plan import PROBE, RECONCILE
 from sim.rig.pipeline import drain, meta
-from sim.rig.slurm import SITE, Harness, _cmd, sbatch, sdiag_rpcs
+from sim.rig.slurm import SITE, Harness, _cmd, cluster, sbatch, sdiag_rpcs
 from sim.rig.wait import eventually
 
 pytestmark = pytest.mark.timeout(900)  # the first test may wait for the lock
 
 FULL = "REQUEST_JOB_INFO"  # the RPC that packs every job (squeue, squeue --json)
 SINGLE = "REQUEST_JOB_INFO_SINGLE"  # one job (slurmrestd's GET /job/ID)
+STATES = "REQUEST_JOB_STATE"  # ids and states of every job (squeue --only-job-state, 23.11+)
 
 
 def squeue_states(ids: list[str]) -> dict[str, str]:
@@ -57,11 +59,11 @@ def test_short_jobs_between_two_probes_get_one_new_and_one_final(clean, r):
 
 
 def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
-    """A probe cycle costs slurmctld one full listing (the probe) and one
-    single-job RPC per changed job (or one more listing, if cheaper); the
-    records it ships are those of a full stat, so the next reconciliation
-    finds nothing to ship."""
-    h = Harness(r)
+    """With the line probe, a probe cycle costs slurmctld one full listing (the
+    probe) and one single-job RPC per changed job (or one more listing, if
+    cheaper); the records it ships are those of a full stat, so the next
+    reconciliation finds nothing to ship."""
+    h = Harness(r, state_probe=False)
     held = [sbatch("-H", "--wrap", "true", "-J", "held") for _ in range(6)]
     running = sbatch("--wrap", "sleep 300", "-J", "long")
     array = sbatch("--array=1-3%1", "--wrap", "sleep 300", "-J", "arr")
@@ -96,6 +98,43 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     for job_id in (*held[2:], running, f"{array}_1"):
         assert [e["type"] for e in h.events(job_id)] == ["new"], job_id
     assert [e["type"] for e in h.events(held[1])] == ["new", "update"]
+
+
+def test_the_state_probe_reads_only_jobs_whose_state_moved(clean, r):
+    """From 23.11 the probe is ``squeue --only-job-state``: a probe cycle costs
+    slurmctld one REQUEST_JOB_STATE and the read of the job whose state moved
+    (cancelled); a held job's new time limit, which moves no state, comes
+    with the next reconciliation.  Before 23.11 the same cycle is the line
+    probe's: a listing, which sees the limit at once."""
+    states = cluster().release >= "23.11"
+    h = Harness(r)
+    held = [sbatch("-H", "--wrap", "true", "-J", "held") for _ in range(3)]
+    assert h.cycle()  # the reconciliation
+    probe = "--only-job-state" if states else "lines"
+    assert f"probe: {h.backend.squeue} {probe}" in h.backend.describe()["scheduler_paths"]
+    _cmd("scancel", held[0])
+    eventually(lambda: squeue_states(held[:1]) == {held[0]: "CANCELLED"}, timeout=30)
+    _cmd("scontrol", "update", f"jobid={held[1]}", "timelimit=7")
+    _cmd("sdiag", "--reset")
+    report = h.run_cycle(with_nodes=False)
+    rpcs = sdiag_rpcs()
+    drain(r, SITE)
+    assert report.tier == PROBE
+    assert [e["type"] for e in h.events(held[0])] == ["new", "final"]
+    assert h.events(held[0])[-1]["record"]["state"] == "cancelled"
+    if states:
+        assert rpcs[STATES][0] == 1, rpcs
+        # the cancelled job read on its own, or one listing where slurmctld's figures
+        # say that costs less (a queue of a few jobs: it may)
+        assert rpcs.get(FULL, (0,))[0] == (1 if report.counts.get("read_listing") else 0), rpcs
+        assert [e["type"] for e in h.events(held[1])] == ["new"]
+        assert h.run_cycle(with_nodes=False, tier=RECONCILE).tier == RECONCILE
+        drain(r, SITE)
+    else:
+        assert STATES not in rpcs and rpcs[FULL][0] >= 1, rpcs
+    assert [e["type"] for e in h.events(held[1])] == ["new", "update"]
+    assert h.events(held[1])[-1]["record"]["requested"]["walltime"] == "00:07:00"
+    assert [e["type"] for e in h.events(held[2])] == ["new"]
 
 
 def test_follow_refresh_lists_no_job(clean, r):

@@ -24,6 +24,7 @@ from .backend import VOLATILE_JOB_KEYS, SlurmBackend, format_of_release
 from .listing import (
     PROBE_FIELDS,
     PROBE_FORMAT,
+    STATE_PROBE_FIELDS,
     parse_nodes,
     parse_probe,
     parse_scontrol_partitions,
@@ -58,6 +59,7 @@ __all__ = [
     "MAX_ARRAY_TASKS",
     "PROBE_FIELDS",
     "PROBE_FORMAT",
+    "STATE_PROBE_FIELDS",
     "QUEUE_CLOSED",
     "QUEUE_OPEN",
     "QUEUE_STOPPED",

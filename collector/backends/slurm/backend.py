@@ -28,7 +28,10 @@ from .accounting import (
 )
 from .hook import completion_record
 from .listing import (
-    PROBE_FORMAT,
+    PROBE_ARGV,
+    PROBE_FIELDS,
+    STATE_PROBE_ARGV,
+    STATE_PROBE_FIELDS,
     describe_errors,
     load_document,
     parse_nodes,
@@ -91,7 +94,8 @@ COMPLETION_RECORD_WAIT = 0.5
 class SlurmBackend(CommandBackend):
     """Slurm through its commands: ``squeue --json`` (jobs), ``sinfo --json``
     (nodes), ``scontrol show partition -o`` (queues), ``sacct --json`` (history);
-    a compact ``squeue`` text line per job as the cheap probe, and
+    ``squeue --only-job-state`` (23.11+) or a compact ``squeue`` text line
+    per job as the cheap probe, and
     ``slurmrestd`` (inetd mode, see :mod:`.rest`) for the full records of
     a few jobs.
 
@@ -103,7 +107,9 @@ class SlurmBackend(CommandBackend):
     call.  ``drop_volatile``: leave out the keys that change at every scheduler
     pass (``last_sched_evaluation`` of jobs, ``cpu_load`` and ``free_memory``
     of nodes), so that they do not make every pending job and every node an
-    update event each cycle.
+    update event each cycle.  ``state_probe``: probe with ``squeue
+    --only-job-state`` where Slurm has it (23.11+; see :meth:`probe`), else
+    with one compact line per job.
 
     ``stat_nodes`` and ``stat_queues`` use the jobs of the latest ``stat_jobs``
     (this cycle's or, when the collector stats nodes first, the previous one's),
@@ -113,10 +119,12 @@ class SlurmBackend(CommandBackend):
     """
 
     scheduler: str
-    # 22.05 answers the probe's listing with the RPC of a full stat (see probe()):
-    # in follow mode the collector relies on the hook's pokes instead (a pushed
-    # plan, collector/plan.py).
-    probe_costs_full_stat = True
+    # In follow mode the collector relies on the hook's pokes between
+    # reconciliations (a pushed plan, collector/plan.py), not on the probe: before
+    # 23.11 the probe costs slurmctld a full stat (see probe()); from 23.11 the
+    # state probe is cheap, but the pokes bring starts and ends already and a
+    # probe every interval would only add to their cost.
+    follow_pushed = True
 
     def __init__(
         self,
@@ -132,6 +140,7 @@ class SlurmBackend(CommandBackend):
         scheduler: str = "slurm",
         history_batch: int = 500,
         drop_volatile: bool = True,
+        state_probe: bool = True,
     ) -> None:
         super().__init__(prefix=prefix, timeout=timeout)
         self.squeue = squeue
@@ -144,6 +153,8 @@ class SlurmBackend(CommandBackend):
             raise ValueError("history_batch must be at least 1")
         self.history_batch = int(history_batch)
         self.drop_volatile = bool(drop_volatile)
+        self.state_probe = bool(state_probe)
+        self._state_probe_refused: str | None = None  # squeue's complaint, once
         self._last_jobs: dict[str, Native] | None = None
         # Replaced, never changed in place: follow mode's single reads (stat_some) run
         # beside a cycle that iterates it (stat_queues, stat_nodes).  The last listing's
@@ -182,20 +193,44 @@ class SlurmBackend(CommandBackend):
         return jobs
 
     def probe(self, since: float | None) -> Probe:
-        """The cheap probe: one ``squeue -h -a --local -t all -o PROBE_FORMAT``,
-        a line per job (see :func:`parse_probe`), every job listed (``since``
-        plays no part).  Jobs it no longer lists are dropped from the jobs
-        that node and partition records are built from.
+        """The cheap probe, every job listed (``since`` plays no part), a line
+        per job (see :func:`parse_probe`).  Jobs it no longer lists are dropped
+        from the jobs that node and partition records are built from.
 
-        On 22.05 this is the same RPC as ``squeue --json`` (REQUEST_JOB_INFO,
-        which packs every job whatever is printed), so it costs slurmctld as
-        much; what it saves is squeue's JSON rendering and the collector's
-        parsing: about 20 times fewer bytes (docs/performance.md)."""
-        raw = self._run([self.squeue, "-h", "-a", "--local", "-t", "all", "-o", PROBE_FORMAT])
-        named = parse_probe(raw)
+        From 23.11 (unless ``state_probe`` is off) it is the state probe,
+        ``squeue --only-job-state`` (``STATE_PROBE_ARGV``): ids and states,
+        which slurmctld answers 16 times cheaper than a listing.  Only a new
+        state then makes a job worth a read; what changes without one (a
+        pending reason, a priority, an edited limit, a hold) waits for the next
+        reconciliation.  Before 23.11, or where squeue refuses the option, it
+        is the line probe (``PROBE_ARGV``: state, reason, priority, times,
+        nodes, limit...), which slurmctld answers with the RPC of a full stat
+        (REQUEST_JOB_INFO, which packs every job whatever is printed), so it
+        costs slurmctld as much; what it saves is squeue's JSON rendering and
+        the collector's parsing: about 20 times fewer bytes
+        (docs/performance.md)."""
+        if self._probes_states():
+            try:
+                raw = self._run([self.squeue, *STATE_PROBE_ARGV])
+            except StatError as exc:
+                if "only-job-state" not in str(exc):
+                    raise
+                self._state_probe_refused = str(exc)[:300]
+                log.warning("squeue refuses --only-job-state (%s): the probe lists every job",
+                            self._state_probe_refused)  # fmt: skip
+            else:
+                return self._probed(parse_probe(raw, STATE_PROBE_FIELDS))
+        return self._probed(parse_probe(self._run([self.squeue, *PROBE_ARGV]), PROBE_FIELDS))
+
+    def _probed(self, named: dict[str, str]) -> Probe:
         if self._last_jobs is not None:
             self._last_jobs = {j: n for j, n in self._last_jobs.items() if j in named}
         return Probe(named=named, complete=True)
+
+    def _probes_states(self) -> bool:
+        """Whether :meth:`probe` asks for states only (``squeue --only-job-state``)."""
+        fmt = self._format
+        return bool(self.state_probe and fmt and fmt.state_probe and not self._state_probe_refused)
 
     def stat_some(self, job_ids: Iterable[str]) -> dict[str, Native]:
         """The current records of these jobs, live or finished (the targeted
@@ -362,8 +397,15 @@ class SlurmBackend(CommandBackend):
             single = f"a listing (slurmrestd unusable: {self._rest_unavailable})"
         else:
             single = "a listing (slurmrestd switched off)"
+        if self._probes_states():
+            probe = f"{self.squeue} --only-job-state"
+        elif self._state_probe_refused:
+            probe = f"{self.squeue} lines (--only-job-state refused: {self._state_probe_refused})"
+        else:
+            probe = f"{self.squeue} lines"
         paths = [
             f"jobs: {self.squeue} {' '.join(LISTING_ARGV)}",
+            f"probe: {probe}",
             f"nodes: {' '.join(fmt.nodes_argv)}",
             f"single reads: {single}",
             f"ended jobs: {self.sacct} --json",

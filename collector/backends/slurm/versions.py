@@ -241,6 +241,9 @@ class Format:
     volatile_node_keys: tuple[str, ...]
     # slurmrestd's arguments that make it write this version (inetd mode).
     rest_argv: tuple[str, ...]
+    # ``squeue --only-job-state`` (REQUEST_JOB_STATE): from 23.11, the release
+    # that also brought v0.0.40 (listing.STATE_PROBE_ARGV).
+    state_probe: bool = False
 
 
 _SINFO = ("sinfo", "--json")
@@ -249,7 +252,8 @@ _SCONTROL_NODES = ("scontrol", "show", "nodes", "--json")
 
 def _modern(version: str, releases: str, generation: Generation) -> Format:
     return Format(version, releases, generation, _SCONTROL_NODES, ("cpu_load", "free_mem"),
-                  ("-s", "openapi/slurmctld", "-d", f"data_parser/{version}"))  # fmt: skip
+                  ("-s", "openapi/slurmctld", "-d", f"data_parser/{version}"),
+                  state_probe=True)  # fmt: skip
 
 
 FORMATS: dict[str, Format] = {
