@@ -44,7 +44,9 @@ class PokeReader:
     An entry naming one job with a ``record`` field (the PBS jobobit hook: the
     job's final record as the scheduler will list it) keeps that record in
     :attr:`records` until the job is refreshed; a later poke of the job
-    without one drops it (something changed after it: ask the scheduler).
+    without one drops it (something changed after it: ask the scheduler),
+    unless that poke only says the job ended (Slurm's epilog pokes after
+    jobcomp's record as often as before it).
 
     ``carried_soon``: where another poke will bring an ended job's record a
     moment later (Slurm: the epilog pokes, then jobcomp's script sends the
@@ -100,6 +102,8 @@ class PokeReader:
                     if record is not None and len(self.records) < self.max_pending:
                         self.records[jid] = record
                         self.awaiting.pop(jid, None)
+                    elif ended and jid in self.records:
+                        pass  # its end record came first: this poke says no more
                     else:
                         self.records.pop(jid, None)
                         if ended and self.records_seen and self.carried_soon > 0:
