@@ -56,7 +56,7 @@ from pathlib import Path
 from bench.slurm_polling import DOC, ROOT, cancel_all, sbatch, sh, slurm_held, write_doc
 from sim.rig.pipeline import chunks_not_applied
 from sim.rig.procs import stop_process
-from sim.rig.slurm import CLUSTERS, hook_settings, rpc_stats, use
+from sim.rig.slurm import CLUSTERS, hook_settings, is_read_rpc, rpc_stats, use
 
 HEADING = "## Slurm follow mode across churn rates"
 SITE = "slurmchurn"
@@ -66,10 +66,6 @@ LEVELS = {
     "rate": "a job every second",
     "burst": "{burst} jobs at once",
 }
-
-
-def is_read(rpc: str) -> bool:
-    return rpc.startswith("REQUEST_") and "_INFO" in rpc
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -94,7 +90,7 @@ class Phase:
     record_gaps: list[float] = field(default_factory=list)
 
     def reads(self) -> dict[str, tuple[int, int]]:
-        out = {t: v for t, v in self.ctld.items() if is_read(t)}
+        out = {t: v for t, v in self.ctld.items() if is_read_rpc(t)}
         if STATS_RPC in out:  # the bench's own sdiag at the end
             count, us = out[STATS_RPC]
             out[STATS_RPC] = (count - 1, us - us // max(1, count))

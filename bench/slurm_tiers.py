@@ -4,9 +4,12 @@
     sudo .venv/bin/python -m bench.slurm_tiers                       # 2,000 then 10,000 jobs
     sudo .venv/bin/python -m bench.slurm_tiers --jobs 2000 --duration 60 --no-write
     sudo .venv/bin/python -m bench.slurm_tiers --plans follow --interval 2
+    sudo .venv/bin/python -m bench.slurm_tiers --slurm 24.11 --jobs 2000 --interval 2 \
+        --plans probe probe-lines follow        # the state probe against the line probe
 
-Needs root and the single-host Slurm of deploy/slurm/start.sh (started if it is
-not running; it takes the Slurm lock of the live tests).  For each ``--jobs``
+Needs root and the single-host Slurm of deploy/slurm/start.sh (``--slurm
+24.11``: deploy/slurm/debian13/start.sh), started if it is not running; it takes
+the Slurm lock of the live tests.  For each ``--jobs``
 size, the queue is filled with that many held jobs (and one long job running on
 each node), then phases of ``--duration`` seconds run the same workload: a
 short job every 10 s (alternately ``exit 0`` and ``exit 3``) and, every 10 s, a
@@ -18,7 +21,9 @@ held job's time limit changed (``scontrol update``).
   (``CollectorService``, SlurmBackend: the probe every ``--interval`` seconds,
   ``squeue --json`` every 60 s, ``slurmrestd`` for the jobs whose probe line
   moved, nodes and partitions every 6 cycles) and a real ``jobtap worker`` on a
-  local redis-server;
+  local redis-server; from 23.11 its probe is ``squeue --only-job-state``;
+* ``probe-lines`` plan: the same with the line probe on every release
+  (``--slurm-probe lines``);
 * ``follow`` plan: the same with ``--follow``'s defaults on Slurm: the pushed
   plan (no job listing between the reconciliations of every 60 s), the
   slurmctld hook poking each job as it starts and ends (its settings file
@@ -73,13 +78,16 @@ from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
-from sim.rig.slurm import hook_settings, rpc_stats
+from sim.rig.slurm import CLUSTERS, hook_settings, is_read_rpc, rpc_stats, use
 
 HEADING = "## Slurm: the collector against squeue --json every interval"
 PLANS = {
     "probe": "the collector's defaults without follow mode (probe every interval,"
-    " `squeue --json` every 60 s, `slurmrestd` for the jobs whose probe line moved,"
-    " nodes and partitions every 6 cycles)",
+    " `squeue --json` every 60 s, `slurmrestd` for the jobs whose probe named them,"
+    " nodes and partitions every 6 cycles; from 23.11 the probe is `squeue"
+    " --only-job-state`)",
+    "probe-lines": "the same with `--slurm-probe lines` (the probe one `squeue` text line"
+    " per job: a listing's cost)",
     "follow": "`--follow`'s defaults on Slurm (the pushed plan: `squeue --json` every 60 s"
     " and no job listing in between, the slurmctld hook poking each job as it starts and"
     " ends, `slurmrestd` for each poked job, nodes and partitions every 6 cycles)",
@@ -90,7 +98,7 @@ STATS_RPC = "REQUEST_STATS_INFO"  # sdiag itself
 
 
 def is_read(rpc: str) -> bool:
-    return rpc.startswith("REQUEST_") and "_INFO" in rpc and rpc != STATS_RPC
+    return is_read_rpc(rpc) and rpc != STATS_RPC
 
 
 @dataclass
@@ -187,7 +195,7 @@ def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path, plan: s
         cwd=ROOT, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     r = server.client()
-    backend = SlurmBackend(timeout=60)
+    backend = SlurmBackend(timeout=60, state_probe=plan != "probe-lines")
     follow = plan == "follow"
     collector = Collector(backend, r, site=SITE, pushed=follow)
     service = CollectorService(
@@ -207,6 +215,14 @@ def run_jobtap(args: argparse.Namespace, held: list[str], workdir: Path, plan: s
         loop.join(120)
         meta = {k.decode(): v.decode() for k, v in r.hgetall(service.keys.meta).items()}
         phase.notes = {
+            "probe": next(
+                (
+                    p
+                    for p in backend.describe().get("scheduler_paths", "").split("; ")
+                    if p.startswith("probe: ")
+                ),
+                "probe: -",
+            )[7:],
             "probe cycles": meta.get("cycles_probe", "0"),
             "pushed cycles": meta.get("cycles_pushed", "0"),
             "reconciliations": meta.get("cycles_reconcile", "0"),
@@ -283,8 +299,9 @@ def table(phases: dict[str, Phase]) -> str:
     return "\n".join(lines)
 
 
-def heading(jobs: int, interval: float) -> str:
-    return f"{HEADING}, {jobs:,} held jobs, every {interval:g} s"
+def heading(jobs: int, interval: float, release: str = "22.05") -> str:
+    on = "" if release == "22.05" else f", Slurm {release}"  # 22.05's sections keep their names
+    return f"{HEADING}, {jobs:,} held jobs, every {interval:g} s{on}"
 
 
 def section(args: argparse.Namespace, jobs: int, phases: dict[str, Phase], argv) -> str:
@@ -292,12 +309,13 @@ def section(args: argparse.Namespace, jobs: int, phases: dict[str, Phase], argv)
         " " + shlex.join(argv) if argv else ""
     )
     version = sh("sinfo", "--version").strip()
-    parts = [heading(jobs, args.interval), ""]
+    parts = [heading(jobs, args.interval, args.slurm), ""]
     plans = "; ".join(f"`{name}`: {PLANS[name]}" for name in phases if name in PLANS)
     parts.append(
         f"slurmctld's own time on read RPCs (`sdiag --reset` before each phase, `sdiag`"
         f" after it) over {args.duration:g} s per phase, on the single-host {version} of"
-        f" `deploy/slurm/start.sh` (four node names on {os.cpu_count()} cores, 24 GiB),"
+        f" `{Path(CLUSTERS[args.slurm].start_command[1]).relative_to(ROOT)}` (four node"
+        f" names on {os.cpu_count()} cores, 24 GiB),"
         f" with held jobs in the queue, one long job on each node, and in every phase a"
         f" short job every 10 s and a held job's time limit changed every 10 s. Baseline:"
         f" `squeue --json` every {args.interval:g} s (the collector's job stat before its"
@@ -319,9 +337,7 @@ def section(args: argparse.Namespace, jobs: int, phases: dict[str, Phase], argv)
     return "\n".join(parts)
 
 
-def fill_queue(
-    jobs: int, minutes: int, nodes: Sequence[str] = ("n1", "n2", "n3", "n4")
-) -> list[str]:
+def fill_queue(jobs: int, minutes: int, nodes: Sequence[str]) -> list[str]:
     """Cancel everything, then ``jobs`` held jobs and a long job on each node."""
     cancel_all()
     t0 = time.monotonic()
@@ -342,15 +358,22 @@ def main(argv: list[str] | None = None) -> int:
         "--plans", nargs="+", choices=list(PLANS), default=list(PLANS), help="collector phases"
     )
     parser.add_argument("--no-write", action="store_true", help="do not update the doc")
+    parser.add_argument("--slurm", choices=list(CLUSTERS), default="22.05",
+                        help="which Slurm of the test rig")  # fmt: skip
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark starts Slurm and resets its statistics")
+    cluster = CLUSTERS[args.slurm]
+    os.environ.update(PATH=cluster.env()["PATH"])  # every command of the run, the collector's
+    use(cluster)  # its hook's settings file
     runs = []
-    with slurm_held():
+    with slurm_held(args.slurm):
         try:
             for jobs in args.jobs:
                 held = fill_queue(
-                    jobs, minutes=int((1 + len(args.plans)) * args.duration / 60) + 10
+                    jobs,
+                    minutes=int((1 + len(args.plans)) * args.duration / 60) + 10,
+                    nodes=cluster.nodes,
                 )
                 phases = {"baseline": run_baseline(args, held)}
                 print(f"  baseline: {phases['baseline'].read_us / 1000:.1f} ms", flush=True)
@@ -367,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(text)
         if not args.no_write:
-            write_doc(text, DOC, heading(jobs, args.interval))
+            write_doc(text, DOC, heading(jobs, args.interval, args.slurm))
             print(f"written to {DOC.relative_to(ROOT)}")
     return 0
 

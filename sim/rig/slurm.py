@@ -215,6 +215,13 @@ def slurmdbd_rpcs() -> dict[str, tuple[int, int]]:
     return rpc_stats(_cmd("sacctmgr", "show", "stats"))
 
 
+def is_read_rpc(rpc: str) -> bool:
+    """Whether an RPC type of ``sdiag`` reads slurmctld's state (what observing
+    the cluster costs it; the rest is the workload): the ``REQUEST_*_INFO``
+    family and ``squeue --only-job-state``'s REQUEST_JOB_STATE (23.11+)."""
+    return rpc.startswith("REQUEST_") and ("_INFO" in rpc or rpc == "REQUEST_JOB_STATE")
+
+
 def rpc_stats(text: str) -> dict[str, tuple[int, int]]:
     """The "Remote Procedure Call statistics by message type" section of
     ``sdiag`` or ``sacctmgr show stats`` (the backend's parser; none: empty)."""
