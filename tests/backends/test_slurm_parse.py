@@ -697,3 +697,30 @@ def test_read_costs_are_slurmctlds_own_time_per_read_since_the_last_call(tmp_pat
     assert be.read_costs() == pytest.approx({"listing": 0.007, "single": 0.0005})
     with pytest.raises(StatError, match="no RPC statistics"):
         SlurmBackend(sdiag=_script(tmp_path / "nosdiag", "echo hello\n")).read_costs()
+
+
+def test_from_23_11_a_single_read_costs_its_own_rpc_alone(tmp_path):
+    """From 23.11 single reads say LOCAL (``?flags=...LOCAL``): slurmctld is not
+    asked for the federation, so a single read's price is REQUEST_JOB_INFO_SINGLE
+    alone, and REQUEST_FED_INFO that others send (squeue without --local) do not
+    count; a price is learnt although no REQUEST_FED_INFO ran."""
+    outputs = [
+        SDIAG.format(single=10, single_us=2000, fed_us=1000, listing=4, listing_us=20000),
+        SDIAG.format(single=30, single_us=12000, fed_us=1000, listing=4, listing_us=20000),
+    ]
+    outputs[1] = outputs[1].replace("REQUEST_FED_INFO          ( 2049) count:30 ",
+                                    "REQUEST_FED_INFO          ( 2049) count:10 ")  # fmt: skip
+    for i, text in enumerate(outputs):
+        (tmp_path / f"sdiag{i}").write_text(text)
+    counter = tmp_path / "n"
+    counter.write_text("0")
+    sdiag = _script(
+        tmp_path / "sdiag",
+        f'n=$(cat "{counter}"); echo $((n + 1)) > "{counter}"; cat "{tmp_path}/sdiag$n"\n',
+    )
+    listing = fixtures_dir() / "slurm" / "24.11" / "squeue-1-active.json"
+    be = SlurmBackend(sdiag=sdiag, squeue=_script(tmp_path / "squeue", f"cat {listing}\n"))
+    be.stat_jobs()
+    assert be.slurm_format().rest_query.endswith("&flags=LOCAL")
+    assert be.read_costs() == pytest.approx({"listing": 0.005, "single": 0.0002})
+    assert be.read_costs() == pytest.approx({"single": 10000 / 20 / 1e6})

@@ -90,6 +90,21 @@ def test_requests_are_pipelined_in_order():
     assert raw.index(b"/job/12 ") < raw.index(b"/job/13 ")
 
 
+@pytest.mark.parametrize(
+    ("version", "query"),
+    [("v0.0.38", b""), ("v0.0.39", b""), ("v0.0.40", b"?flags=ALL&flags=DETAIL&flags=LOCAL"),
+     ("v0.0.44", b"?flags=ALL&flags=DETAIL&flags=LOCAL")],
+)  # fmt: skip
+def test_single_reads_say_local_where_slurmrestd_takes_show_flags(version, query):
+    """From v0.0.40 (23.11) a single read asks with squeue --json --local's show
+    flags: slurmctld answers the same record without a REQUEST_FED_INFO first
+    (seen on 24.11.5: docs/performance.md); 22.05's and 23.02's plugins take no
+    flags."""
+    fmt = document_format({"meta": {"plugin": {"data_parser": f"data_parser/{version}"}}}, "t")
+    raw = slurm_rest.requests(fmt.version, ["12"], fmt.rest_query)
+    assert raw.startswith(b"GET /slurm/%s/job/12%s HTTP/1.1\r\n" % (version.encode(), query))
+
+
 def test_without_slurmrestd_a_targeted_stat_is_one_listing(tmp_path):
     """slurmrestd missing: the backend says so once and lists every job instead
     (squeue here is a script that prints a captured squeue --json)."""
@@ -238,3 +253,34 @@ def test_a_squeue_that_refuses_the_state_probe_makes_it_the_line_probe(tmp_path)
     assert ["--only-job-state" in a for a in asked] == [True, False, False]
     paths = backend.describe()["scheduler_paths"]
     assert "--only-job-state refused: " in paths and "unrecognized option" in paths
+
+
+def test_a_failed_state_probe_lets_the_line_probe_say_why(tmp_path):
+    """When the state probe fails, Slurm says little (24.11 with slurmctld down:
+    "Unable to query jobs state: Unspecified error"): the line probe runs
+    instead, and either stands in for it this once (its lines cut to their
+    state: the signatures the state probe gives) or fails with its clearer
+    message, which is then the cycle's."""
+    listing = STATE_DATA / "squeue-state-probe-listing.json"
+    lines = STATE_DATA / "squeue-state-probe-lines.txt"
+    down = tmp_path / "down"
+    script = tmp_path / "squeue"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in\n'
+        f"  *' --json '*) cat {listing} ;;\n"
+        "  *' --only-job-state '*) echo 'squeue: error: slurm_load_job_state: Unable to query"
+        " jobs state: Unspecified error' >&2; exit 1 ;;\n"
+        f"  *) if [ -e {down} ]; then echo 'slurm_load_jobs error: Unable to contact slurm"
+        f" controller (connect failure)' >&2; exit 1; fi; cat {lines} ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    backend = SlurmBackend(squeue=str(script), sacct="false", slurmrestd="")
+    backend.stat_jobs()
+    states = parse_probe((STATE_DATA / "squeue-state-probe.txt").read_bytes(), STATE_PROBE_FIELDS)
+    assert backend.probe(None).named == states
+    assert "probe: " + str(script) + " --only-job-state" in backend.describe()["scheduler_paths"]
+    down.touch()
+    with pytest.raises(StatError, match="Unable to contact slurm controller"):
+        backend.probe(None)

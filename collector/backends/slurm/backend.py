@@ -40,7 +40,7 @@ from .listing import (
     squeue_jobs,
 )
 from .normalise import job_state, normalise_job, normalise_node, normalise_queue
-from .sdiag import LISTING_RPCS, SINGLE_RPCS, parse_sdiag_rpcs
+from .sdiag import LISTING_RPCS, LOCAL_SINGLE_RPCS, SINGLE_RPCS, parse_sdiag_rpcs
 from .values import JOB_ID, expand_hostlist
 from .versions import FORMATS, Format, UnknownFormat, document_format, generation_of, release_of
 
@@ -213,11 +213,17 @@ class SlurmBackend(CommandBackend):
             try:
                 raw = self._run([self.squeue, *STATE_PROBE_ARGV])
             except StatError as exc:
-                if "only-job-state" not in str(exc):
-                    raise
-                self._state_probe_refused = str(exc)[:300]
-                log.warning("squeue refuses --only-job-state (%s): the probe lists every job",
-                            self._state_probe_refused)  # fmt: skip
+                if "only-job-state" in str(exc):
+                    self._state_probe_refused = str(exc)[:300]
+                    log.warning("squeue refuses --only-job-state (%s): the probe lists every"
+                                " job", self._state_probe_refused)  # fmt: skip
+                else:
+                    # Slurm says little when it fails (slurmctld down, 24.11: "Unable to
+                    # query jobs state: Unspecified error"): the line probe says why, or
+                    # stands in this once, its lines cut to the state they start with.
+                    log.warning("the state probe failed (%s): the line probe stands in", exc)
+                    lines = parse_probe(self._run([self.squeue, *PROBE_ARGV]), PROBE_FIELDS)
+                    return self._probed({j: sig.split("|", 1)[0] for j, sig in lines.items()})
             else:
                 return self._probed(parse_probe(raw, STATE_PROBE_FIELDS))
         return self._probed(parse_probe(self._run([self.squeue, *PROBE_ARGV]), PROBE_FIELDS))
@@ -308,7 +314,8 @@ class SlurmBackend(CommandBackend):
         argv = ["env", *security, self.slurmrestd, "-a", "rest_auth/local", *fmt.rest_argv]
         out: dict[str, Native] = {}
         while numbers:
-            status, raw, err = self._run_full(argv, input=rest.requests(fmt.version, numbers))
+            asked = rest.requests(fmt.version, numbers, fmt.rest_query)
+            status, raw, err = self._run_full(argv, input=asked)
             if status in (126, 127):  # env could not run it: not installed, not executable
                 raise _RestUnavailable(first_line(err))
             got = rest.answers(raw)
@@ -349,14 +356,17 @@ class SlurmBackend(CommandBackend):
         """slurmctld's own time per read since the previous call, from
         ``sdiag``'s RPC statistics: ``listing`` (REQUEST_JOB_INFO, what
         ``squeue`` costs) and ``single`` (a job read on its own through
-        slurmrestd: REQUEST_JOB_INFO_SINGLE plus its REQUEST_FED_INFO), each
+        slurmrestd: REQUEST_JOB_INFO_SINGLE, plus its REQUEST_FED_INFO before
+        23.11, whose requests cannot say LOCAL), each
         present only if such RPCs ran since (the first call: since slurmctld's
         statistics were last reset).  They are every client's RPCs of those
         types: what one costs slurmctld now, whoever asks."""
         stats = parse_sdiag_rpcs(self._run([self.sdiag]))
         prev, self._rpc_seen = self._rpc_seen, stats
         out: dict[str, float] = {}
-        for key, rpcs in (("listing", LISTING_RPCS), ("single", SINGLE_RPCS)):
+        local = self._format is not None and self._format.rest_local
+        single = LOCAL_SINGLE_RPCS if local else SINGLE_RPCS
+        for key, rpcs in (("listing", LISTING_RPCS), ("single", single)):
             total = 0.0
             for rpc in rpcs:
                 count, micros = stats.get(rpc, (0, 0))

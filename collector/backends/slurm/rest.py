@@ -37,10 +37,11 @@ _LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)\s*$")
 _CLOSE = re.compile(rb"(?im)^connection:\s*close\s*$")
 
 
-def requests(version: str, job_numbers: Iterable[str]) -> bytes:
-    """The pipelined ``GET /slurm/VERSION/job/N`` requests, one per job number."""
+def requests(version: str, job_numbers: Iterable[str], query: str = "") -> bytes:
+    """The pipelined ``GET /slurm/VERSION/job/N`` requests, one per job number,
+    each with ``query`` (``Format.rest_query``) after it."""
     return b"".join(
-        f"GET /slurm/{version}/job/{n} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+        f"GET /slurm/{version}/job/{n}{query} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
         for n in job_numbers
     )
 

@@ -9,12 +9,14 @@ import re
 
 from ..base import StatError
 
-__all__ = ["LISTING_RPCS", "SINGLE_RPCS", "parse_sdiag_rpcs"]
+__all__ = ["LISTING_RPCS", "LOCAL_SINGLE_RPCS", "SINGLE_RPCS", "parse_sdiag_rpcs"]
 
 # slurmctld's RPCs behind a listing and behind a job read on its own (slurmrestd's
-# GET /job/N: slurm_load_job() asks for the federation first, not being --local).
+# GET /job/N: before 23.11 slurm_load_job() asks for the federation first, not
+# being --local; from 23.11 the request says LOCAL: versions.Format.rest_local).
 LISTING_RPCS = ("REQUEST_JOB_INFO",)
 SINGLE_RPCS = ("REQUEST_JOB_INFO_SINGLE", "REQUEST_FED_INFO")
+LOCAL_SINGLE_RPCS = ("REQUEST_JOB_INFO_SINGLE",)
 _SDIAG_RPC = re.compile(
     r"^\s*([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)"
 )

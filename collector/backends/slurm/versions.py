@@ -244,8 +244,20 @@ class Format:
     # ``squeue --only-job-state`` (REQUEST_JOB_STATE): from 23.11, the release
     # that also brought v0.0.40 (listing.STATE_PROBE_ARGV).
     state_probe: bool = False
+    # From v0.0.40 slurmrestd's ``GET /slurm/VERSION/job/N`` takes the show
+    # flags of ``squeue --json --local`` (ALL, DETAIL, LOCAL: rest_query).
+    # Without LOCAL, slurm_load_job() first asks slurmctld whether it is in a
+    # federation (REQUEST_FED_INFO, a fifth of a single read's cost on 24.11:
+    # docs/performance.md).
+    rest_local: bool = False
+
+    @property
+    def rest_query(self) -> str:
+        """What follows ``GET /slurm/VERSION/job/N``."""
+        return LOCAL_SHOW_FLAGS if self.rest_local else ""
 
 
+LOCAL_SHOW_FLAGS = "?flags=ALL&flags=DETAIL&flags=LOCAL"
 _SINFO = ("sinfo", "--json")
 _SCONTROL_NODES = ("scontrol", "show", "nodes", "--json")
 
@@ -253,7 +265,7 @@ _SCONTROL_NODES = ("scontrol", "show", "nodes", "--json")
 def _modern(version: str, releases: str, generation: Generation) -> Format:
     return Format(version, releases, generation, _SCONTROL_NODES, ("cpu_load", "free_mem"),
                   ("-s", "openapi/slurmctld", "-d", f"data_parser/{version}"),
-                  state_probe=True)  # fmt: skip
+                  state_probe=True, rest_local=True)  # fmt: skip
 
 
 FORMATS: dict[str, Format] = {
