@@ -186,6 +186,9 @@ class PokedReads:
     ``carried_soon``: seconds a record-less poke of a job that ended may wait
     for the record another poke will carry (Slurm: the epilog pokes before
     jobcomp's script runs); 0: read it at once.
+    ``settle``: seconds any other record-less poke waits before its job is
+    read (Slurm: the prolog pokes as slurmctld launches the job, when a read
+    waits behind the launch); 0: read it at once.
     ``at_hand``: the ids among some whose current record
     :meth:`Backend.stat_some` builds without running a command (Flux: from
     the journal events the feed read); those are refreshed first, at no cost.
@@ -201,6 +204,7 @@ class PokedReads:
 
     carried: Callable[[str, bytes], Native | None] | None = None
     carried_soon: float = 0.0
+    settle: float = 0.0
     at_hand: Callable[[Iterable[str]], list[str]] | None = None
     costs: Callable[[], dict[str, float]] | None = None
     singly: Callable[[], bool] = _always

@@ -88,7 +88,10 @@ class Follower:
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         """Read the poke stream from now on; start the backend's event feed."""
-        self.pokes = PokeReader(self.redis, self.keys, carried_soon=self.reads.ways.carried_soon)
+        ways = self.reads.ways
+        self.pokes = PokeReader(
+            self.redis, self.keys, carried_soon=ways.carried_soon, settle=ways.settle
+        )
         backend = self.collector.backend
         feed = ""
         if isinstance(backend, EventFeed):

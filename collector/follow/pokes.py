@@ -52,7 +52,10 @@ class PokeReader:
     moment later (Slurm: the epilog pokes, then jobcomp's script sends the
     completion record), a record-less poke of an ended job is held that many
     seconds for it (:meth:`ready`), once the stream has carried a record at
-    all: a site that sends none never waits."""
+    all: a site that sends none never waits.  ``settle``: seconds any other
+    record-less poke is held before it is read, so that the read does not
+    meet the scheduler in the middle of what made it poke (Slurm's prolog
+    pokes as slurmctld launches the job)."""
 
     def __init__(
         self,
@@ -61,15 +64,17 @@ class PokeReader:
         *,
         max_pending: int = 10_000,
         carried_soon: float = 0.0,
+        settle: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.redis = r
         self.keys = keys
         self.max_pending = max_pending
         self.carried_soon = carried_soon
+        self.settle = settle
         self.clock = clock
         self.records_seen = False  # a poke carried a record since the reader started
-        self.awaiting: dict[str, float] = {}  # ended, record-less: held until (clock)
+        self.awaiting: dict[str, float] = {}  # record-less: held until (clock)
         self.pending: dict[str, None] = {}  # ordered set of ids waiting for a refresh
         # Counted for jobtap_collector_pokes_*_total (collector/metrics.py).
         self.received = self.coalesced = self.dropped = 0
@@ -107,7 +112,9 @@ class PokeReader:
                     else:
                         self.records.pop(jid, None)
                         if ended and self.records_seen and self.carried_soon > 0:
-                            self.awaiting.setdefault(jid, self.clock() + self.carried_soon)
+                            self._hold(jid, self.carried_soon)
+                        elif not ended and self.settle > 0:
+                            self._hold(jid, self.settle)
                     if jid in self.pending:
                         self.coalesced += 1
                         continue
@@ -117,6 +124,11 @@ class PokeReader:
                     self.pending[jid] = None
         self.received += n
         return n
+
+    def _hold(self, jid: str, seconds: float) -> None:
+        until = self.clock() + seconds
+        if self.awaiting.get(jid, until) <= until:  # the later of two holds
+            self.awaiting[jid] = until
 
     def ready(self) -> list[str]:
         """The pending ids not held for a record another poke will carry

@@ -68,6 +68,28 @@ def test_an_ended_poke_waits_for_the_record_another_poke_will_carry(r):
     assert reader.take(10) == ["5"] and reader.next_release() == float("inf")
 
 
+def test_a_start_poke_settles_before_its_job_is_read(r):
+    """``settle``: a record-less poke that does not say the job ended (Slurm's
+    prolog) is held that long, so the read does not meet slurmctld while it
+    launches the job; an ended poke of the same job meanwhile holds it for
+    its record as long as that takes, and the record releases it at once."""
+    now = [100.0]
+    reader = PokeReader(r, K, carried_soon=0.5, settle=0.25, clock=lambda: now[0])
+    r.xadd(K.pokes, {"ids": "9", "record": b"{}", "ended": "1"})  # records come here
+    poke(r, K, ["1"])  # a start
+    poke(r, K, ["2"])  # another
+    assert reader.read(block_ms=1000) == 3
+    assert reader.take(10) == ["9"] and reader.next_release() == 100.25
+    now[0] += 0.2
+    poke(r, K, ["2"], ended=True)  # it ended before its start was read: wait for its record
+    assert reader.read(block_ms=1000) == 1
+    now[0] += 0.05
+    assert reader.take(10) == ["1"] and reader.next_release() == 100.7
+    r.xadd(K.pokes, {"ids": "2", "record": b"{}", "ended": "1"})
+    assert reader.read(block_ms=1000) == 1
+    assert reader.take(10) == ["2"] and reader.records["2"] == b"{}"
+
+
 def test_an_ended_poke_after_the_end_record_keeps_the_record(r):
     """jobcomp's record may come before the epilog's record-less poke (20 of 62
     jobs at a job a second on 24.11): that poke says nothing the record does

@@ -89,6 +89,9 @@ def format_of_release(version_text: str) -> Format:
 # epilog's poke came first for 44 of 61 jobs, and each was read through slurmrestd
 # for nothing: the record followed and was the final (docs/performance.md).
 COMPLETION_RECORD_WAIT = 0.5
+# A job the prolog poked is read this long after the poke, not at once: the prolog
+# pokes as slurmctld launches the job, and a read then waits behind the launch.
+PROLOG_SETTLE = 0.25
 
 
 class SlurmBackend(CommandBackend):
@@ -344,6 +347,7 @@ class SlurmBackend(CommandBackend):
         return PokedReads(
             carried=self.poked_record,
             carried_soon=COMPLETION_RECORD_WAIT,
+            settle=PROLOG_SETTLE,
             costs=self.read_costs,
             singly=self.reads_singly,
         )
