@@ -5,7 +5,8 @@ fine and what is not, the way an admin would look after installing a hook:
 
 - collector: its lock is held (it is alive), its last cycle is recent;
 - follow: it runs with ``--follow``;
-- pokes arriving: the last poke's age and sources (a scheduler hook, the feed);
+- pokes arriving: the last poke's age and sources (a scheduler hook, the feed),
+  and how many carried a job's end record (Slurm's JobCompLoc, PBS's jobobit hook);
 - pokes consumed: a probe poke (an entry naming no job) is read by the
   collector within ``--wait`` seconds, and nothing older lies unread;
 - feed: the event feed (Flux's journal) is up, not restarting or failing;
@@ -127,12 +128,16 @@ def check_pokes_arriving(r: redis.Redis, keys: SiteKeys) -> Check:
         for _id, f in recent
         if b"probe" not in f
     )
+    # Pokes that carry the job's end record (Slurm's JobCompLoc, PBS's jobobit
+    # hook): the collector ships those finals without asking the scheduler.
+    carried = sum(1 for _id, f in recent if b"record" in f)
     entry_id, fields = last[0]
     age = time.time() - _entry_time(entry_id)
     source = (fields.get(b"source") or b"?").decode(errors="replace")
     by = ", ".join(f"{n} from {s}" for s, n in sources.most_common(5)) or "none"
+    records = f"; {carried} carried an end record" if sources else ""
     return Check("pokes", OK, f"last poke {age:.0f} s ago from {source}; in the last "
-                 f"{RECENT_S // 60} min: {by}")  # fmt: skip
+                 f"{RECENT_S // 60} min: {by}{records}")  # fmt: skip
 
 
 def check_pokes_read(r: redis.Redis, keys: SiteKeys, meta: dict[str, str]) -> Check:

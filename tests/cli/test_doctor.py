@@ -80,12 +80,13 @@ def test_follow_mode_working_end_to_end(redis_server, r, collector, worker):
     collector()
     eventually(lambda: workers_registered(r), timeout=60, what="the worker registered")
     poke(r, K, ["1.simhost"], source="pbs-server")
+    r.xadd(K.pokes, {"ids": "2.simhost", "source": "pbs-server", "record": "{}", "ended": "1"})
     res = subprocess.run([*JOBTAP, "doctor", "--redis", redis_server.url, "--site", SITE],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     lines = {line[6:16].strip(): line for line in res.stdout.splitlines()}
     assert all(line.startswith("ok") for line in lines.values()), res.stdout
-    assert "from pbs-server" in lines["pokes"]
+    assert "2 from pbs-server; 1 carried an end record" in lines["pokes"]
     assert "read by the collector in" in lines["probe"]
     assert "1 running" in lines["workers"]
     out = subprocess.run([*JOBTAP, "doctor", "--redis", redis_server.url, "--site", SITE,
