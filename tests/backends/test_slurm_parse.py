@@ -671,6 +671,18 @@ Remote Procedure Call statistics by user
 """
 
 
+def _replaying_sdiag(tmp_path: Path, outputs: list[str]) -> str:
+    """A stand-in sdiag printing ``outputs`` one call after another."""
+    for i, text in enumerate(outputs):
+        (tmp_path / f"sdiag{i}").write_text(text)
+    counter = tmp_path / "n"
+    counter.write_text("0")
+    return _script(
+        tmp_path / "sdiag",
+        f'n=$(cat "{counter}"); echo $((n + 1)) > "{counter}"; cat "{tmp_path}/sdiag$n"\n',
+    )
+
+
 def test_read_costs_are_slurmctlds_own_time_per_read_since_the_last_call(tmp_path):
     """``read_costs``: slurmctld's time per listing and per single read (its
     REQUEST_JOB_INFO_SINGLE plus REQUEST_FED_INFO), from the difference of two
@@ -682,14 +694,7 @@ def test_read_costs_are_slurmctlds_own_time_per_read_since_the_last_call(tmp_pat
         SDIAG.format(single=30, single_us=12000, fed_us=3000, listing=4, listing_us=20000),
         SDIAG.format(single=2, single_us=900, fed_us=100, listing=1, listing_us=7000),
     ]
-    for i, text in enumerate(outputs):
-        (tmp_path / f"sdiag{i}").write_text(text)
-    counter = tmp_path / "n"
-    counter.write_text("0")
-    sdiag = _script(
-        tmp_path / "sdiag",
-        f'n=$(cat "{counter}"); echo $((n + 1)) > "{counter}"; cat "{tmp_path}/sdiag$n"\n',
-    )
+    sdiag = _replaying_sdiag(tmp_path, outputs)
     be = SlurmBackend(sdiag=sdiag)
     first = be.read_costs()  # since the statistics' last reset
     assert first == pytest.approx({"listing": 0.005, "single": 0.0003})
@@ -710,14 +715,7 @@ def test_from_23_11_a_single_read_costs_its_own_rpc_alone(tmp_path):
     ]
     outputs[1] = outputs[1].replace("REQUEST_FED_INFO          ( 2049) count:30 ",
                                     "REQUEST_FED_INFO          ( 2049) count:10 ")  # fmt: skip
-    for i, text in enumerate(outputs):
-        (tmp_path / f"sdiag{i}").write_text(text)
-    counter = tmp_path / "n"
-    counter.write_text("0")
-    sdiag = _script(
-        tmp_path / "sdiag",
-        f'n=$(cat "{counter}"); echo $((n + 1)) > "{counter}"; cat "{tmp_path}/sdiag$n"\n',
-    )
+    sdiag = _replaying_sdiag(tmp_path, outputs)
     listing = fixtures_dir() / "slurm" / "24.11" / "squeue-1-active.json"
     be = SlurmBackend(sdiag=sdiag, squeue=_script(tmp_path / "squeue", f"cat {listing}\n"))
     be.stat_jobs()

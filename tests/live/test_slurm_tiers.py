@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from jobtap.collector.cycle import CycleReport
 from jobtap.collector.plan import PROBE, RECONCILE
 from sim.rig.pipeline import drain, meta
 from sim.rig.slurm import SITE, Harness, _cmd, cluster, sbatch, sdiag_rpcs
@@ -25,6 +26,16 @@ STATES = "REQUEST_JOB_STATE"  # ids and states of every job (squeue --only-job-s
 def squeue_states(ids: list[str]) -> dict[str, str]:
     out = _cmd("squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T")
     return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def probe_cycle(h: Harness, r) -> tuple[CycleReport, dict[str, tuple[int, int]]]:
+    """One probe cycle, drained, and slurmctld's RPCs during it (``sdiag``)."""
+    _cmd("sdiag", "--reset")
+    report = h.run_cycle(with_nodes=False)
+    rpcs = sdiag_rpcs()
+    drain(r, SITE)
+    assert report.tier == PROBE
+    return report, rpcs
 
 
 def test_short_jobs_between_two_probes_get_one_new_and_one_final(clean, r):
@@ -76,11 +87,7 @@ def test_probe_cycles_stat_only_the_jobs_that_moved(clean, r):
     assert h.cycle()  # the reconciliation
     _cmd("scontrol", "release", held[0])
     _cmd("scontrol", "update", f"jobid={held[1]}", "timelimit=7")
-    _cmd("sdiag", "--reset")
-    report = h.run_cycle(with_nodes=False)
-    rpcs = sdiag_rpcs()
-    drain(r, SITE)
-    assert report.tier == PROBE
+    report, rpcs = probe_cycle(h, r)
     assert report.counts["targeted"] == 2 and report.counts["changed"] == 2, report.counts
     # The probe's listing, then the two jobs one by one, or one more listing when
     # slurmctld's figures say that costs less (a queue of a dozen jobs: it may).
@@ -115,11 +122,7 @@ def test_the_state_probe_reads_only_jobs_whose_state_moved(clean, r):
     _cmd("scancel", held[0])
     eventually(lambda: squeue_states(held[:1]) == {held[0]: "CANCELLED"}, timeout=30)
     _cmd("scontrol", "update", f"jobid={held[1]}", "timelimit=7")
-    _cmd("sdiag", "--reset")
-    report = h.run_cycle(with_nodes=False)
-    rpcs = sdiag_rpcs()
-    drain(r, SITE)
-    assert report.tier == PROBE
+    report, rpcs = probe_cycle(h, r)
     assert [e["type"] for e in h.events(held[0])] == ["new", "final"]
     assert h.events(held[0])[-1]["record"]["state"] == "cancelled"
     if states:

@@ -212,24 +212,29 @@ class SlurmBackend(CommandBackend):
         costs slurmctld as much; what it saves is squeue's JSON rendering and
         the collector's parsing: about 20 times fewer bytes
         (docs/performance.md)."""
-        if self._probes_states():
-            try:
-                raw = self._run([self.squeue, *STATE_PROBE_ARGV])
-            except StatError as exc:
-                if "only-job-state" in str(exc):
-                    self._state_probe_refused = str(exc)[:300]
-                    log.warning("squeue refuses --only-job-state (%s): the probe lists every"
-                                " job", self._state_probe_refused)  # fmt: skip
-                else:
-                    # Slurm says little when it fails (slurmctld down, 24.11: "Unable to
-                    # query jobs state: Unspecified error"): the line probe says why, or
-                    # stands in this once, its lines cut to the state they start with.
-                    log.warning("the state probe failed (%s): the line probe stands in", exc)
-                    lines = parse_probe(self._run([self.squeue, *PROBE_ARGV]), PROBE_FIELDS)
-                    return self._probed({j: sig.split("|", 1)[0] for j, sig in lines.items()})
-            else:
-                return self._probed(parse_probe(raw, STATE_PROBE_FIELDS))
-        return self._probed(parse_probe(self._run([self.squeue, *PROBE_ARGV]), PROBE_FIELDS))
+        named = self._state_probe() if self._probes_states() else None
+        return self._probed(named if named is not None else self._line_probe())
+
+    def _line_probe(self) -> dict[str, str]:
+        return parse_probe(self._run([self.squeue, *PROBE_ARGV]), PROBE_FIELDS)
+
+    def _state_probe(self) -> dict[str, str] | None:
+        """``squeue --only-job-state``'s ids and states; None where squeue refuses
+        the option (noted: the line probe from then on).  Any other failure says
+        little (slurmctld down, 24.11: "Unable to query jobs state: Unspecified
+        error"): the line probe then says why, or stands in this once, its lines
+        cut to the state they start with."""
+        try:
+            raw = self._run([self.squeue, *STATE_PROBE_ARGV])
+        except StatError as exc:
+            if "only-job-state" in str(exc):
+                self._state_probe_refused = str(exc)[:300]
+                log.warning("squeue refuses --only-job-state (%s): the probe lists every job",
+                            self._state_probe_refused)  # fmt: skip
+                return None
+            log.warning("the state probe failed (%s): the line probe stands in", exc)
+            return {j: sig.split("|", 1)[0] for j, sig in self._line_probe().items()}
+        return parse_probe(raw, STATE_PROBE_FIELDS)
 
     def _probed(self, named: dict[str, str]) -> Probe:
         if self._last_jobs is not None:
