@@ -21,12 +21,22 @@ from .watcher import JobWatcher
 log = logging.getLogger("jobtap.psij")
 
 
+def _written(path: Path) -> bool:
+    """``path`` exists and holds something: the file is created before its
+    content is written (``echo $? > FILE``; a shared filesystem may show the
+    two apart), and an empty exit-code file decides nothing."""
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
 def wait_for_file(path: Path, timeout: float) -> bool:
-    """Whether ``path`` exists within ``timeout`` seconds (checked at growing
+    """Whether ``path`` is written within ``timeout`` seconds (checked at growing
     intervals: a shared filesystem may show a file written on a compute node late)."""
     deadline = time.monotonic() + timeout
     pause = 0.02
-    while not path.exists():
+    while not _written(path):
         left = deadline - time.monotonic()
         if left <= 0:
             return False

@@ -107,6 +107,23 @@ def test_the_exit_code_file_is_waited_for_and_decides(tmp_path):
     assert (status.state, status.exit_code, status.message) == (JobState.COMPLETED, 0, None)
 
 
+def test_an_exit_code_file_is_read_once_written_not_once_created(tmp_path):
+    """The file exists before its content is written (a shell's ``> FILE``, or a
+    shared filesystem showing the two apart): an empty file is waited past.  A
+    clean make test once read such a file empty and took exit 3 for success."""
+    ex = new_executor("jobtap-slurm", None, work_directory=tmp_path, exit_code_wait=10)
+    ex.work_directory.mkdir(parents=True)
+    job = Job(JobSpec("/bin/true"))
+    job._native_id = "43"
+    (ex.work_directory / "43.ec").touch()
+    late = threading.Timer(0.3, lambda: (ex.work_directory / "43.ec").write_text("3\n"))
+    late.start()
+    status = JobStatus(JobState.COMPLETED)
+    ex._read_aux_files(job, status)
+    late.join()
+    assert (status.state, status.exit_code) == (JobState.FAILED, 3)
+
+
 def test_psij_settings_are_taken_over(tmp_path):
     from psij.executors.batch.slurm import SlurmExecutorConfig
 
