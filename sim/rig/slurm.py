@@ -320,6 +320,12 @@ class Harness:
         drain(self.r, SITE)
         return ok
 
+    def reconcile_next(self) -> None:
+        """Make the next cycle a reconciliation (a full stat), as the next one
+        due would be: what moves no state (a pending reason) is seen by the
+        state probe only then (docs/slurm.md)."""
+        self.collector.plan.reset()
+
     def run_cycle(self, **kw):
         """One cycle of the collector itself (``Collector.run_cycle``), the lease held."""
         self.service.ensure_lease()
