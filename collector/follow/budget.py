@@ -20,29 +20,38 @@ SINGLE_SHARE = 0.1
 class ReadBudget:
     """Follow mode's bound on what reading poked jobs costs the scheduler: per
     ``interval``, at most ``share`` of one full listing (what polling with a
-    listing every interval would cost; reconciliations come on top), but
-    never less than ``floor`` of the scheduler's time (0.1%: below that
-    nothing is worth a delay; it matters only for queues of a few hundred jobs
-    or fewer, whose listing costs slurmctld well under a millisecond).
+    listing every interval would cost), the collector's own reconciliations
+    included, but never less than ``floor`` of the scheduler's time (0.1%:
+    below that nothing is worth a delay; it matters only for queues of a few
+    hundred jobs or fewer, whose listing costs slurmctld well under a
+    millisecond).
 
     A token bucket in seconds of the scheduler's time that holds that much
     and refills at that much per interval.  For ``n`` poked jobs the plan
     takes the cheaper way to read them, one by one or one listing that
     refreshes every poked job, and reads at once if its cost is in the
-    bucket; otherwise the pokes wait until it is (at most one interval), and
-    whatever is poked meanwhile is read with them: pokes coalesce across
-    jobs, not only per job.  So a burst costs one listing per interval, like polling,
-    and a quiet time costs the single reads of the few jobs that changed.
+    bucket; otherwise the pokes wait until it is, and whatever is poked
+    meanwhile is read with them: pokes coalesce across jobs, not only per
+    job.  So a burst costs one listing per interval, like polling, and a
+    quiet time costs the single reads of the few jobs that changed.
 
     What a read costs is learnt from what it took: an exponentially weighted
     mean (``weight`` for the newest measurement) of the scheduler's own
     figures where the backend gives them (``PokedReads.costs``), else of
     the wall time of the commands.  A single read is priced at no less than
-    ``single_share`` of a listing (:data:`SINGLE_SHARE` in a plan): the
-    scheduler's figures come late (sampled every few intervals), and until the
+    ``single_share`` of a listing (:data:`SINGLE_SHARE` in a plan): until the
     first single reads are measured the price guards against a listing's worth
     of them in one go.  Until a listing was measured, nothing is bounded (every
-    read is a single one, as before)."""
+    read is a single one, as before).
+
+    A read is taken from the bucket at its expected price when it is made
+    (:meth:`spend`), and settled at what it turned out to cost once that is
+    measured (:meth:`settle`): the reads that follow a burst of starts and
+    ends wait for slurmctld's locks and cost it several times their quiet
+    price, the single reads up to a hundred times.  The bucket may go into
+    debt by up to one interval's worth, and the next reads wait for it.  A
+    reconciliation's listing is taken at what it cost (:meth:`charge`): a
+    poller pays for no listing beside its own."""
 
     def __init__(
         self,
@@ -64,6 +73,9 @@ class ReadBudget:
         self.listing: float | None = None  # per full listing
         self.tokens = 0.0
         self.stamp: float | None = None
+        # Reads taken from the bucket at their expected price and not yet
+        # settled at what they cost: kind -> (jobs or listings, seconds taken).
+        self.unsettled: dict[str, tuple[int, float]] = {}
 
     def learn(self, kind: str, seconds: float, jobs: int = 1) -> None:
         """A read of ``kind`` took ``seconds`` (for ``jobs`` jobs, if single)."""
@@ -118,15 +130,43 @@ class ReadBudget:
             return how, 0.0
         self._refill()
         cap = self.capacity
-        cost = min(self.cost(how, n), cap)  # a read never waits more than one interval
+        # A read never needs more than one interval's worth; in debt it waits
+        # for the debt to be paid first.
+        cost = min(self.cost(how, n), cap)
         if cost <= self.tokens:
             return how, 0.0
         return how, (cost - self.tokens) * self.interval / cap
 
     def spend(self, how: str, n: int) -> None:
-        """A read of ``n`` jobs ``how`` was made: take its cost from the
-        bucket, never below empty."""
+        """A read of ``n`` jobs ``how`` is made: take its expected cost from
+        the bucket; :meth:`settle` corrects it."""
         if self.listing is None:
             return
+        cost = self.cost(how, n)
+        self._take(cost)
+        count, taken = self.unsettled.get(how, (0, 0.0))
+        self.unsettled[how] = (count + (n if how == SINGLES else 1), taken + cost)
+
+    def settle(self, how: str, price: float) -> None:
+        """The reads of kind ``how`` spent since the last settling cost
+        ``price`` each (per job read on its own, per listing): give back what
+        was taken beyond that, or take the rest, down to one interval's worth
+        of debt."""
+        count, taken = self.unsettled.pop(how, (0, 0.0))
+        if count and self.listing is not None and price >= 0:
+            self._take(count * price - taken)
+
+    def charge(self, seconds: float) -> None:
+        """A read outside follow mode that the bound covers (a reconciliation's
+        listing) cost ``seconds``: take it from the bucket."""
+        if self.listing is not None and seconds > 0:
+            self._take(seconds)
+
+    def unsettled_reads(self) -> bool:
+        """Whether reads were spent at an expected price not yet settled."""
+        return bool(self.unsettled)
+
+    def _take(self, seconds: float) -> None:
         self._refill()
-        self.tokens = max(0.0, self.tokens - self.cost(how, n))
+        cap = self.capacity
+        self.tokens = max(-cap, min(cap, self.tokens - seconds))

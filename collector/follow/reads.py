@@ -21,10 +21,12 @@ from .budget import LISTING, SINGLE_SHARE, SINGLES, ReadBudget
 
 log = logging.getLogger("jobtap.collector")
 
-# The scheduler's read costs are sampled at each reconciliation, and between
-# them at most every COSTS_EVERY intervals, once SAMPLE_AFTER jobs were read
-# one by one (or a listing made) since: often in a burst, never when quiet.
-COSTS_EVERY = 30  # sdiag costs slurmctld up to 5 ms when busy: about a listing
+# The scheduler's read costs are sampled at each reconciliation, after each
+# listing follow mode makes, before the budget makes pokes wait for reads whose
+# cost it only expects, and otherwise at most every COSTS_EVERY intervals, once
+# SAMPLE_AFTER jobs were read one by one since: never when quiet.  A sample is
+# one sdiag, 0.1-0.3 ms of slurmctld's time: a listing costs it 5-50.
+COSTS_EVERY = 30
 SAMPLE_AFTER = 5
 
 
@@ -62,8 +64,7 @@ class PokedJobReads:
         nor one listing fits yet.  Pokes that arrive meanwhile join them."""
         if not self.pushed or not job_ids:
             return 0.0
-        self._sample_costs()
-        return self.budget.choose(len(job_ids), singly=self.ways.singly())[1]
+        return self._choose(len(job_ids), singly=self.ways.singly())[1]
 
     def beside_cycles(self) -> bool:
         """Whether poked jobs may be read while a cycle runs: a pushed plan
@@ -78,8 +79,7 @@ class PokedJobReads:
         follow mode makes; a listing waits for the cycle's end."""
         if not job_ids or not self.beside_cycles():
             return False
-        self._sample_costs()
-        how, wait = self.budget.choose(len(job_ids), singly=True)
+        how, wait = self._choose(len(job_ids), singly=True)
         return how == SINGLES and wait <= 0
 
     def at_hand(self, ids: Collection[str]) -> list[str]:
@@ -98,8 +98,18 @@ class PokedJobReads:
                 return SINGLES
             self._sample_costs()
             return self.budget.cheaper(len(ids), singly=singly)
+        return self._choose(len(ids), singly=singly)[0]
+
+    def _choose(self, n: int, *, singly: bool) -> tuple[str, float]:
+        """The budget's choice for ``n`` poked jobs; before it makes them wait,
+        what was read since the last sample is settled at what it cost, so a
+        wait rests on measured prices, not expected ones."""
         self._sample_costs()
-        return self.budget.choose(len(ids), singly=singly)[0]
+        how, wait = self.budget.choose(n, singly=singly)
+        if wait > 0 and self.budget.unsettled_reads() and self._measured():
+            self._sample_costs(force=True)
+            how, wait = self.budget.choose(n, singly=singly)
+        return how, wait
 
     # -- reading --------------------------------------------------------------------
     def read(self, ids: list[str], how: str) -> dict[str, Native]:
@@ -113,7 +123,8 @@ class PokedJobReads:
         if how == SINGLES:
             natives = self.backend.stat_some(ids)
         else:
-            listed = self.backend.stat_jobs()
+            lister = self.ways.listing_of
+            listed = lister(ids) if lister is not None else self.backend.stat_jobs()
             natives = {j: listed[j] for j in ids if j in listed}
             gone = [j for j in ids if j not in listed]
             if gone:
@@ -123,19 +134,29 @@ class PokedJobReads:
                     log.warning("refresh: history of %d poked jobs failed: %s", len(gone), exc)
         if free:
             return natives
-        if not self._measured():
-            budget.learn(how, time.perf_counter() - t0, len(ids))
+        if not self._measured():  # wall time: measured and settled at once
+            took = time.perf_counter() - t0
+            budget.learn(how, took, len(ids))
+            budget.settle(how, took / len(ids) if how == SINGLES else took)
         self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
-        if how == SINGLES and budget.single is None and self._measured():
-            self._costs_at = None  # the first single reads: measured before the next decision
+        if self._measured():
+            if how == LISTING:  # settled at once: a burst's costs several quiet ones
+                self._sample_costs(force=True)
+            elif budget.single is None:  # the first single reads: measured before the next decision
+                self._costs_at = None
         return natives
 
     def listed(self, seconds: float) -> None:
         """A cycle's full listing took ``seconds``: what the budget is measured in
-        (the scheduler's own figure where it gives one, sampled now)."""
-        self._sample_costs(force=True)
+        (the scheduler's own figure where it gives one, sampled now), and, in a
+        pushed plan, taken from its bucket: follow mode's reads and the
+        reconciliations together stay within a poller's listings."""
+        price = self._sample_costs(force=True).get("listing")
         if not self._measured():
             self.budget.learn(LISTING, seconds)
+            price = seconds
+        if self.pushed and price is not None:
+            self.budget.charge(price)
 
     # -- what reads cost ------------------------------------------------------------
     def _all_at_hand(self, ids: list[str]) -> bool:
@@ -144,26 +165,29 @@ class PokedJobReads:
     def _measured(self) -> bool:
         return self.ways.costs is not None and self._costs_ok
 
-    def _sample_costs(self, force: bool = False) -> None:
+    def _sample_costs(self, force: bool = False) -> dict[str, float]:
         """Learn what reads cost from the scheduler's own figures (one cheap
-        command): at each reconciliation, and between them at most every
-        ``COSTS_EVERY`` intervals once ``SAMPLE_AFTER`` reads were made since;
-        without them, wall time is used."""
+        command), and settle the reads spent since at that: when ``force``d
+        (see :data:`COSTS_EVERY`), else at most every ``COSTS_EVERY``
+        intervals once ``SAMPLE_AFTER`` reads were made since; without them,
+        wall time is used.  Returns the figures sampled now ({} if none)."""
         costs = self.ways.costs
         if costs is None or self._costs_failed:
-            return
+            return {}
         if not (self.pushed or self.probing):  # every cycle lists: nothing to choose
-            return
+            return {}
         with self._costs_lock:  # a cycle and the reads beside it (singly_now)
-            self._sample_costs_now(costs, force)
+            return self._sample_costs_now(costs, force)
 
-    def _sample_costs_now(self, costs: Callable[[], dict[str, float]], force: bool) -> None:
+    def _sample_costs_now(
+        self, costs: Callable[[], dict[str, float]], force: bool
+    ) -> dict[str, float]:
         budget = self.budget
         now = budget.clock()
-        every = COSTS_EVERY * budget.interval  # sdiag is an RPC too (0.1-0.2 ms)
+        every = COSTS_EVERY * budget.interval
         if not force and self._costs_at is not None:
             if now - self._costs_at < every or self._reads_since_sample < SAMPLE_AFTER:
-                return
+                return {}
         self._costs_at = now
         self._reads_since_sample = 0
         try:
@@ -172,8 +196,10 @@ class PokedJobReads:
             log.warning("cannot read the scheduler's read costs (%s): wall time used", exc)
             self._costs_failed = True
             self._costs_ok = False
-            return
+            return {}
         self._costs_ok = True
         for kind, key in ((LISTING, "listing"), (SINGLES, "single")):
             if key in figures:
                 budget.learn(kind, figures[key])
+                budget.settle(kind, figures[key])
+        return figures

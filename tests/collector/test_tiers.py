@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.cycle import Collector, CycleFailed
 from jobtap.collector.follow.budget import LISTING, SINGLES, ReadBudget
 from jobtap.collector.plan import PROBE, PUSHED, RECONCILE, ObservationPlan
@@ -374,6 +375,86 @@ def test_the_read_budget_bounds_a_burst_to_one_listing_an_interval():
     assert spent <= 0.005 * (60 / 2 + 1)
     assert max(waits) <= 2.0 + step
     assert listings >= 20  # the burst is read by listings, not one job at a time
+
+
+def test_the_read_budget_settles_each_read_at_what_it_cost():
+    """A read is taken from the bucket at its expected price and settled at the
+    measured one: a burst's listing that cost five quiet ones leaves the
+    bucket in debt (one interval's worth at most) and the next read waits for
+    the debt first; reads that cost less than expected give the rest back; a
+    reconciliation's listing is taken from the same bucket."""
+    clock = Clock()
+    budget = ReadBudget(interval=2.0, clock=clock)
+    budget.learn(LISTING, 0.010)
+    budget.learn(SINGLES, 0.001)
+    assert budget.choose(50) == (LISTING, 0.0)
+    budget.spend(LISTING, 50)  # 10 ms expected: the bucket is empty
+    budget.settle(LISTING, 0.050)  # it cost 50: 40 more, of which 10 are kept as debt
+    how, wait = budget.choose(50)
+    assert how == LISTING and wait == pytest.approx(4.0)  # the debt, then the listing
+    budget.settle(LISTING, 0.050)  # nothing left to settle: no change
+    assert budget.choose(50)[1] == pytest.approx(4.0)
+    clock.t += 4.0
+    assert budget.choose(50) == (LISTING, 0.0)
+    budget.spend(SINGLES, 3)  # 3 ms expected, 7 left
+    assert budget.choose(9)[1] > 0
+    budget.settle(SINGLES, 0.0002)  # 0.6 ms: 2.4 given back, 9.4 left
+    assert budget.choose(9) == (SINGLES, 0.0)
+    budget.charge(0.008)  # a reconciliation's listing: 1.4 left
+    assert budget.choose(1) == (SINGLES, 0.0)
+    assert budget.choose(9)[1] > 0
+    budget.charge(1.0)  # a listing that stalled: one interval of debt, no more
+    assert budget.choose(1)[1] == pytest.approx((0.010 + 0.001) * 2 / 0.010)
+
+
+class PricedSim(SimBackend):
+    """The simulated cluster with a scheduler that says what each kind of read
+    cost it since it was last asked (as Slurm's ``sdiag``): ``prices``, set by
+    the test, is what the next call says."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.prices: dict[str, float] = {}
+        self.asked = 0
+
+    def poked_reads(self) -> PokedReads:
+        return PokedReads(costs=self.read_costs)
+
+    def read_costs(self) -> dict[str, float]:
+        self.asked += 1
+        return dict(self.prices)
+
+
+def test_follow_mode_pays_a_listing_at_what_it_cost_and_the_reconciliation_too(r):
+    """With the scheduler's own figures: the reconciliation's listing is taken
+    from follow mode's bucket; a listing made for poked jobs is settled at
+    once from a fresh sample, so after one that cost five times the last
+    reconciliation's, the next poked job waits longer than an interval; a
+    wait decided with nothing left to settle asks the scheduler nothing."""
+    backend = PricedSim(seed=11, nodes=10, jobs=100, tick=0)
+    clock = Clock()
+    col = collector(r, backend, clock=clock, pushed=True)
+    budget = col.reads.budget
+    budget.interval = 2.0
+    backend.prices = {"listing": 0.010, "single": 0.001}
+    col.run_cycle()  # a reconciliation, its listing priced at 10 ms and paid
+    drain(r, SITE)
+    assert budget.listing == pytest.approx(0.010) and backend.asked == 1
+    jobs = queued_jobs(backend, 30)
+    assert col.reads.delay(jobs[:1]) > 0  # the reconciliation took this interval's worth
+    clock.t += 2.0
+    assert col.reads.delay(jobs) == 0.0  # full again: 30 jobs read by one listing, now
+    for job in jobs:
+        backend.simulation.alter(job, "comment", "poked")
+    backend.prices = {"listing": 0.050}  # a listing amid a burst of starts
+    rep = col.refresh(jobs)
+    assert rep.counts["read_listing"] == 1 and backend.asked == 2  # sampled right after
+    wait = col.reads.delay(jobs[:1])
+    assert wait > budget.interval  # the debt first, then the read
+    assert col.reads.delay(jobs[:1]) == pytest.approx(wait) and backend.asked == 2
+    drain(r, SITE)
+    for job in jobs:
+        assert [e["changes"].get("comment") for e in job_events(r, job)][-1][1] == "poked"
 
 
 class CountingSim(SimBackend):
