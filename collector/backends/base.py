@@ -200,7 +200,10 @@ class PokedReads:
     the commands' wall time is used.  A backend that gives them reads poked
     jobs beside a running cycle.  ``singly``: whether ``stat_some`` reads
     each job on its own at the moment (Slurm: while slurmrestd answers), else
-    it lists."""
+    it lists.  ``listing_of``: the records of some jobs from one listing that
+    prints those alone (Slurm from 24.05: ``squeue --json --jobs``), where
+    the scheduler's cost is a listing's but the command's output and its
+    parsing are theirs; without it, a listing for poked jobs is ``stat_jobs``."""
 
     carried: Callable[[str, bytes], Native | None] | None = None
     carried_soon: float = 0.0
@@ -208,6 +211,7 @@ class PokedReads:
     at_hand: Callable[[Iterable[str]], list[str]] | None = None
     costs: Callable[[], dict[str, float]] | None = None
     singly: Callable[[], bool] = _always
+    listing_of: Callable[[list[str]], dict[str, Native]] | None = None
 
 
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")

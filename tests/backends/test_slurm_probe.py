@@ -284,3 +284,78 @@ def test_a_failed_state_probe_lets_the_line_probe_say_why(tmp_path):
     down.touch()
     with pytest.raises(StatError, match="Unable to contact slurm controller"):
         backend.probe(None)
+
+
+def _filtering_squeue(tmp_path, *, one_fails_with: str) -> tuple[str, object]:
+    """A stand-in squeue for 24.11's ``--jobs``: the captured full listing
+    without it, the listing captured at the same moment with ``--jobs`` (what
+    24.11 printed for four job numbers) with it, and, asked for one job
+    number alone, a failure with ``one_fails_with`` on standard error (the
+    captured one for a job slurmctld no longer knows); each call's arguments
+    appended to a log."""
+    log = tmp_path / "squeue.log"
+    script = tmp_path / "squeue"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >>{log}\n'
+        'case " $* " in\n'
+        f"  *' --jobs='*,*) cat {STATE_DATA / 'squeue-jobs-filter-some.json'} ;;\n"
+        f"  *' --jobs='*) cat {one_fails_with} >&2; exit 1 ;;\n"
+        f"  *) cat {STATE_DATA / 'squeue-jobs-filter-listing.json'} ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return str(script), lambda: log.read_text().splitlines()
+
+
+def test_a_listing_for_poked_jobs_prints_those_alone_from_24_05(tmp_path):
+    """Follow mode's listing for poked jobs (``listing_of``) asks squeue for their
+    job numbers (an array task by its array's, so that squeue prints the array as
+    the full listing does): 24.11's output for them is the full listing's
+    records of those jobs, key for key, and no other job; what the collector
+    holds of the other jobs stays."""
+    squeue, calls = _filtering_squeue(
+        tmp_path, one_fails_with=str(STATE_DATA / "squeue-jobs-filter-unknown-one.stderr.txt")
+    )
+    backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="")
+    full = backend.stat_jobs()
+    poked = ["5388_3", "5390", "5391", "5393_2", "5389"]
+    got = backend.listing_of(poked)
+    assert calls()[-1].split()[-1] == "--jobs=5388,5390,5391,5393,5389"
+    assert "5392" in full and "5392" not in got  # not asked for: not printed
+    assert {j: got[j] for j in poked} == {j: full[j] for j in poked}
+    assert set(got) <= set(full) and backend._last_jobs == full
+
+
+def test_a_listing_for_one_gone_job_finds_nothing_and_other_failures_say_why(tmp_path):
+    """Asked for one job number, squeue asks slurmctld for that job alone and
+    fails if it is gone ("Invalid job id specified", captured on 24.11): the job
+    is not listed, to be looked up in history as any job a listing lacks.  Any
+    other failure is a failed stat with squeue's words."""
+    squeue, _ = _filtering_squeue(
+        tmp_path, one_fails_with=str(STATE_DATA / "squeue-jobs-filter-unknown-one.stderr.txt")
+    )
+    backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="")
+    backend.stat_jobs()
+    assert backend.listing_of(["999999"]) == {}
+    down = tmp_path / "down.txt"
+    down.write_text("slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
+    squeue, _ = _filtering_squeue(tmp_path, one_fails_with=str(down))
+    backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="")
+    backend.stat_jobs()
+    with pytest.raises(StatError, match="status 1: slurm_load_jobs error: Unable to contact"):
+        backend.listing_of(["5389"])
+
+
+def test_before_24_05_a_listing_for_poked_jobs_is_the_full_listing(tmp_path):
+    """23.11's ``squeue --json`` prints every job whatever ``--jobs`` says: the
+    listing for poked jobs is the full one (no ``--jobs`` asked), and it is
+    what the collector holds afterwards."""
+    squeue, calls = _squeue(
+        tmp_path, fixtures_dir() / "slurm" / "23.11" / "squeue-1-active.json", state_probe=None
+    )
+    backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="")
+    full = backend.stat_jobs()
+    some = sorted(full)[:2]
+    assert backend.listing_of(some) == full
+    assert not any("--jobs" in call for call in calls())

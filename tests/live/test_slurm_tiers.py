@@ -162,3 +162,32 @@ def test_follow_refresh_lists_no_job(clean, r):
     else:
         assert FULL not in rpcs and rpcs[SINGLE][0] == 3, rpcs
     assert h.events(ids[0])[-1]["record"]["requested"]["walltime"] == "00:09:00"
+
+
+def test_a_listing_for_poked_jobs_gives_the_records_of_the_full_listing(clean, r):
+    """Follow mode's listing for poked jobs (``listing_of``; from 24.05
+    ``squeue --json --jobs``, before it the full listing): for each job asked
+    for (array tasks, a heterogeneous job's components, a held job), the
+    record the full listing gives; from 24.05 no job that was not asked for;
+    a job slurmctld does not know, asked for alone, is not listed."""
+    backend = cluster().backend()
+    arr = sbatch("--array=1-3", "--wrap", "sleep 60")
+    het = sbatch("-n1", "--wrap", "sleep 60", ":", "-n1", "--wrap", "sleep 60")
+    held = sbatch("-H", "--wrap", "true")
+    other = sbatch("--wrap", "sleep 60")
+
+    def all_running() -> dict:
+        jobs = backend.stat_jobs()
+        running = [j for j, n in jobs.items() if "RUNNING" in str(n.get("job_state"))]
+        return jobs if len(running) == 6 else {}  # 3 tasks, 2 components, other
+
+    full = eventually(all_running, timeout=60, interval=0.5)
+    asked = [j for j in full if j.partition("_")[0] in (arr, het, held)]
+    asked += [j for j, n in full.items() if str(het) in str(n.get("het_job_id"))]
+    asked = list(dict.fromkeys(asked))
+    assert len(asked) == 6, sorted(full)  # 3 tasks, 2 components, the held job
+    got = backend.listing_of(asked)
+    assert {j: got.get(j) for j in asked} == {j: full[j] for j in asked}
+    assert (other in got) is not backend.slurm_format().json_filters
+    unknown = str(int(other) + 1000)
+    assert unknown not in backend.listing_of([unknown])

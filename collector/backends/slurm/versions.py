@@ -250,6 +250,12 @@ class Format:
     # federation (REQUEST_FED_INFO, a fifth of a single read's cost on 24.11:
     # docs/performance.md).
     rest_local: bool = False
+    # From 24.05 ``squeue --json`` applies squeue's filters (``--jobs``) to what
+    # it prints (SchedMD's ff14834caa, "Fix squeue --json not using filtering
+    # options"); before, it prints every job whatever they say.  slurmctld
+    # packs every job either way (REQUEST_JOB_INFO): what the filter saves is
+    # squeue's JSON and the collector's parsing of it.
+    json_filters: bool = False
 
     @property
     def rest_query(self) -> str:
@@ -262,10 +268,10 @@ _SINFO = ("sinfo", "--json")
 _SCONTROL_NODES = ("scontrol", "show", "nodes", "--json")
 
 
-def _modern(version: str, releases: str, generation: Generation) -> Format:
+def _modern(version: str, releases: str, generation: Generation, *, filters: bool) -> Format:
     return Format(version, releases, generation, _SCONTROL_NODES, ("cpu_load", "free_mem"),
                   ("-s", "openapi/slurmctld", "-d", f"data_parser/{version}"),
-                  state_probe=True, rest_local=True)  # fmt: skip
+                  state_probe=True, rest_local=True, json_filters=filters)  # fmt: skip
 
 
 FORMATS: dict[str, Format] = {
@@ -280,11 +286,11 @@ FORMATS: dict[str, Format] = {
         ("cpu_load", "free_mem"),
         ("-s", "openapi/v0.0.39"),
     ),  # fmt: skip
-    "v0.0.40": _modern("v0.0.40", "23.11", FLAGS),
-    "v0.0.41": _modern("v0.0.41", "24.05", FLAGS),
-    "v0.0.42": _modern("v0.0.42", "24.11", FLAGS),
-    "v0.0.43": _modern("v0.0.43", "25.05", FLAGS),
-    "v0.0.44": _modern("v0.0.44", "25.11", FLAGS),
+    "v0.0.40": _modern("v0.0.40", "23.11", FLAGS, filters=False),
+    "v0.0.41": _modern("v0.0.41", "24.05", FLAGS, filters=True),
+    "v0.0.42": _modern("v0.0.42", "24.11", FLAGS, filters=True),
+    "v0.0.43": _modern("v0.0.43", "25.05", FLAGS, filters=True),
+    "v0.0.44": _modern("v0.0.44", "25.11", FLAGS, filters=True),
 }
 _VERSION = re.compile(r"v\d+\.\d+\.\d+")
 
