@@ -155,8 +155,10 @@ class PokedJobReads:
         if not self._measured():
             self.budget.learn(LISTING, seconds)
             price = seconds
-        if self.pushed and price is not None:
-            self.budget.charge(price)
+        if price is not None:
+            self.budget.learn_scheduled(price)
+            if self.pushed:
+                self.budget.charge(price)
 
     # -- what reads cost ------------------------------------------------------------
     def _all_at_hand(self, ids: list[str]) -> bool:

@@ -380,21 +380,21 @@ def test_the_read_budget_bounds_a_burst_to_one_listing_an_interval():
 def test_the_read_budget_settles_each_read_at_what_it_cost():
     """A read is taken from the bucket at its expected price and settled at the
     measured one: a burst's listing that cost five quiet ones leaves the
-    bucket in debt (one interval's worth at most) and the next read waits for
-    the debt first; reads that cost less than expected give the rest back; a
-    reconciliation's listing is taken from the same bucket."""
+    bucket in debt (five intervals' worth at most) and the next read waits
+    for the debt first; reads that cost less than expected give the rest
+    back; a reconciliation's listing is taken from the same bucket."""
     clock = Clock()
     budget = ReadBudget(interval=2.0, clock=clock)
     budget.learn(LISTING, 0.010)
     budget.learn(SINGLES, 0.001)
     assert budget.choose(50) == (LISTING, 0.0)
     budget.spend(LISTING, 50)  # 10 ms expected: the bucket is empty
-    budget.settle(LISTING, 0.050)  # it cost 50: 40 more, of which 10 are kept as debt
+    budget.settle(LISTING, 0.050)  # it cost 50: 40 ms of debt
     how, wait = budget.choose(50)
-    assert how == LISTING and wait == pytest.approx(4.0)  # the debt, then the listing
+    assert how == LISTING and wait == pytest.approx(10.0)  # the debt, then the listing
     budget.settle(LISTING, 0.050)  # nothing left to settle: no change
-    assert budget.choose(50)[1] == pytest.approx(4.0)
-    clock.t += 4.0
+    assert budget.choose(50)[1] == pytest.approx(10.0)
+    clock.t += 10.0
     assert budget.choose(50) == (LISTING, 0.0)
     budget.spend(SINGLES, 3)  # 3 ms expected, 7 left
     assert budget.choose(9)[1] > 0
@@ -403,8 +403,25 @@ def test_the_read_budget_settles_each_read_at_what_it_cost():
     budget.charge(0.008)  # a reconciliation's listing: 1.4 left
     assert budget.choose(1) == (SINGLES, 0.0)
     assert budget.choose(9)[1] > 0
-    budget.charge(1.0)  # a listing that stalled: one interval of debt, no more
-    assert budget.choose(1)[1] == pytest.approx((0.010 + 0.001) * 2 / 0.010)
+    budget.charge(1.0)  # a listing that stalled: five intervals of debt, no more
+    assert budget.choose(1)[1] == pytest.approx((0.001 + 0.050) * 2 / 0.010)
+
+
+def test_the_read_budget_holds_what_a_scheduled_listing_costs():
+    """The bucket holds what a listing made on a schedule costs (a
+    reconciliation's, as a poller's): the dearer listings follow mode makes
+    amid a burst raise the price it expects of a listing, not the bucket, so
+    its own reads cannot widen their bound."""
+    budget = ReadBudget(interval=2.0, clock=Clock())
+    budget.learn(LISTING, 0.010)
+    assert budget.capacity == pytest.approx(0.010)  # no scheduled one yet: any listing's
+    budget.learn_scheduled(0.010)
+    for _ in range(10):
+        budget.learn(LISTING, 0.060)  # follow mode's own, amid a burst
+    assert budget.listing == pytest.approx(0.060, rel=0.05)
+    assert budget.capacity == pytest.approx(0.010)
+    budget.learn_scheduled(0.060)  # a reconciliation in a long burst pays it too
+    assert budget.capacity == pytest.approx(0.010 + 0.3 * 0.050)
 
 
 class PricedSim(SimBackend):
@@ -483,8 +500,9 @@ def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
     col.run_cycle()  # a reconciliation: the first listing measured
     drain(r, SITE)
     budget = col.reads.budget
-    assert budget.listing is not None
+    assert budget.listing is not None and budget.reference is not None
     budget.single_share = 0.0  # priced as measured
+    budget.reference = 1.0  # the bucket holds one listing
     budget.listing, budget.single = 1.0, 0.1  # a listing is worth ten single reads
     jobs = queued_jobs(backend, 30)
     for job in jobs:
