@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -86,6 +87,7 @@ class ReadBudget:
         # Reads taken from the bucket at their expected price and not yet
         # settled at what they cost: kind -> (jobs or listings, seconds taken).
         self.unsettled: dict[str, tuple[int, float]] = {}
+        self._lock = threading.Lock()
 
     def learn(self, kind: str, seconds: float, jobs: int = 1) -> None:
         """A read of ``kind`` took ``seconds`` (for ``jobs`` jobs, if single)."""
@@ -147,14 +149,16 @@ class ReadBudget:
         how = self.cheaper(n, singly=singly)
         if self.listing is None or n <= 0:
             return how, 0.0
-        self._refill()
+        with self._lock:
+            self._refill()
+            tokens = self.tokens
         cap = self.capacity
         # A read never needs more than one interval's worth; in debt it waits
         # for the debt to be paid first.
         cost = min(self.cost(how, n), cap)
-        if cost <= self.tokens:
+        if cost <= tokens:
             return how, 0.0
-        return how, (cost - self.tokens) * self.interval / cap
+        return how, (cost - tokens) * self.interval / cap
 
     def spend(self, how: str, n: int) -> None:
         """A read of ``n`` jobs ``how`` is made: take its expected cost from
@@ -163,16 +167,17 @@ class ReadBudget:
             return
         cost = self.cost(how, n)
         self._take(cost)
-        count, taken = self.unsettled.get(how, (0, 0.0))
-        self.unsettled[how] = (count + (n if how == SINGLES else 1), taken + cost)
+        with self._lock:
+            count, taken = self.unsettled.get(how, (0, 0.0))
+            self.unsettled[how] = (count + (n if how == SINGLES else 1), taken + cost)
 
     def settle(self, how: str, price: float) -> None:
         """The reads of kind ``how`` spent since the last settling cost
         ``price`` each (per job read on its own, per listing): give back what
         was taken beyond that, or take the rest, down to ``max_debt``
-        intervals' worth
-        of debt."""
-        count, taken = self.unsettled.pop(how, (0, 0.0))
+        intervals' worth of debt."""
+        with self._lock:
+            count, taken = self.unsettled.pop(how, (0, 0.0))
         if count and self.listing is not None and price >= 0:
             self._take(count * price - taken)
 
@@ -187,6 +192,7 @@ class ReadBudget:
         return bool(self.unsettled)
 
     def _take(self, seconds: float) -> None:
-        self._refill()
-        cap = self.capacity
-        self.tokens = max(-self.max_debt * cap, min(cap, self.tokens - seconds))
+        with self._lock:  # follow mode's reads beside a cycle, and the cycle's listing
+            self._refill()
+            cap = self.capacity
+            self.tokens = max(-self.max_debt * cap, min(cap, self.tokens - seconds))
