@@ -333,8 +333,9 @@ def section(args: argparse.Namespace, runs: dict[str, tuple[Phase, Phase]], argv
         f" workload in both columns (each job `sleep 1` then writes its end time; in the"
         f" burst, no sleep). The follow column is the collector's defaults with `--follow`"
         f" (pushed plan, reconciliation every 60 s, the slurmctld hook poking each start and"
-        f" end, the read budget of `collector/follow/budget.py`: at most one listing's worth per"
-        f" interval, learnt from `sdiag`), with a worker and an SDK subscriber; end to"
+        f" end, the read budget of `collector/follow/budget.py`: per interval at most what a"
+        f" scheduled listing costs, each read settled at its price in `sdiag`), with a worker"
+        f" and an SDK subscriber; end to"
         f" callback is from each job's own end stamp to the callback carrying its final.",
         "",
         table(runs, args),
