@@ -140,7 +140,7 @@ class PokedJobReads:
             budget.settle(how, took / len(ids) if how == SINGLES else took)
         self._reads_since_sample += len(ids) if how == SINGLES else SAMPLE_AFTER
         if self._measured():
-            if how == LISTING:  # settled at once: a burst's costs several quiet ones
+            if how == LISTING:  # settled at once: amid a burst one costs several quiet ones
                 self._sample_costs(force=True)
             elif budget.single is None:  # the first single reads: measured before the next decision
                 self._costs_at = None
