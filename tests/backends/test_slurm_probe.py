@@ -330,14 +330,20 @@ def test_a_listing_for_poked_jobs_prints_those_alone_from_24_05(tmp_path):
 def test_a_listing_for_one_gone_job_finds_nothing_and_other_failures_say_why(tmp_path):
     """Asked for one job number, squeue asks slurmctld for that job alone and
     fails if it is gone ("Invalid job id specified", captured on 24.11): the job
-    is not listed, to be looked up in history as any job a listing lacks.  Any
-    other failure is a failed stat with squeue's words."""
-    squeue, _ = _filtering_squeue(
+    is not listed, to be looked up in history as any job a listing lacks.  What
+    is no Slurm job id is not asked for (squeue refuses the whole listing for
+    one: "Invalid job id: abc", which a live test met).  Any other failure is
+    a failed stat with squeue's words."""
+    squeue, calls = _filtering_squeue(
         tmp_path, one_fails_with=str(STATE_DATA / "squeue-jobs-filter-unknown-one.stderr.txt")
     )
     backend = SlurmBackend(squeue=squeue, sacct="false", slurmrestd="")
     backend.stat_jobs()
     assert backend.listing_of(["999999"]) == {}
+    # what is no Slurm job id (a poke names what its sender wrote) is not asked for
+    assert backend.listing_of(["abc", "", "5389;rm", "5389_x"]) == {}
+    got = backend.listing_of(["5388_3", "abc", "5389", ""])
+    assert calls()[-1].split()[-1] == "--jobs=5388,5389" and {"5388_3", "5389"} <= set(got)
     down = tmp_path / "down.txt"
     down.write_text("slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
     squeue, _ = _filtering_squeue(tmp_path, one_fails_with=str(down))

@@ -168,8 +168,9 @@ def test_a_listing_for_poked_jobs_gives_the_records_of_the_full_listing(clean, r
     """Follow mode's listing for poked jobs (``listing_of``; from 24.05
     ``squeue --json --jobs``, before it the full listing): for each job asked
     for (array tasks, a heterogeneous job's components, a held job), the
-    record the full listing gives; from 24.05 no job that was not asked for;
-    a job slurmctld does not know, asked for alone, is not listed."""
+    record the full listing gives, whatever else the pokes named (ids that are
+    no job ids); from 24.05 no job that was not asked for; a job slurmctld
+    does not know, asked for alone, is not listed."""
     backend = cluster().backend()
     arr = sbatch("--array=1-3", "--wrap", "sleep 60")
     het = sbatch("-n1", "--wrap", "sleep 60", ":", "-n1", "--wrap", "sleep 60")
@@ -186,7 +187,7 @@ def test_a_listing_for_poked_jobs_gives_the_records_of_the_full_listing(clean, r
     asked += [j for j, n in full.items() if str(het) in str(n.get("het_job_id"))]
     asked = list(dict.fromkeys(asked))
     assert len(asked) == 6, sorted(full)  # 3 tasks, 2 components, the held job
-    got = backend.listing_of(asked)
+    got = backend.listing_of([*asked, "abc", ""])  # a poke names what its sender wrote
     assert {j: got.get(j) for j in asked} == {j: full[j] for j in asked}
     assert (other in got) is not backend.slurm_format().json_filters
     unknown = str(int(other) + 1000)
