@@ -87,17 +87,28 @@ def test_sacct_output():
     assert parse_sacct("2050", SACCT) is None  # the array itself is not its task
 
 
-def test_the_exit_code_file_is_waited_for_and_decides(tmp_path):
-    """The scheduler says completed; PSI/J's file says 3 and shows up late."""
+def _completed_with_late_exit_code(tmp_path, native_id: str, *, created_empty: bool):
+    """A jobtap-slurm executor's executor and job ``native_id``, and the status
+    it gives when the scheduler says completed and the exit-code file gets
+    ``3`` 0.3 s later (``created_empty``: the file exists, empty, before)."""
     ex = new_executor("jobtap-slurm", None, work_directory=tmp_path, exit_code_wait=10)
     ex.work_directory.mkdir(parents=True)
     job = Job(JobSpec("/bin/true"))
-    job._native_id = "41"
-    late = threading.Timer(0.3, lambda: (ex.work_directory / "41.ec").write_text("3\n"))
+    job._native_id = native_id
+    path = ex.work_directory / f"{native_id}.ec"
+    if created_empty:
+        path.touch()
+    late = threading.Timer(0.3, lambda: path.write_text("3\n"))
     late.start()
     status = JobStatus(JobState.COMPLETED)
     ex._read_aux_files(job, status)
     late.join()
+    return ex, job, status
+
+
+def test_the_exit_code_file_is_waited_for_and_decides(tmp_path):
+    """The scheduler says completed; PSI/J's file says 3 and shows up late."""
+    ex, job, status = _completed_with_late_exit_code(tmp_path, "41", created_empty=False)
     assert (status.state, status.exit_code) == (JobState.FAILED, 3)
     # and a FAILED from the scheduler yields to a file that says 0
     (ex.work_directory / "42.ec").write_text("0\n")
@@ -111,16 +122,7 @@ def test_an_exit_code_file_is_read_once_written_not_once_created(tmp_path):
     """The file exists before its content is written (a shell's ``> FILE``, or a
     shared filesystem showing the two apart): an empty file is waited past.  A
     clean make test once read such a file empty and took exit 3 for success."""
-    ex = new_executor("jobtap-slurm", None, work_directory=tmp_path, exit_code_wait=10)
-    ex.work_directory.mkdir(parents=True)
-    job = Job(JobSpec("/bin/true"))
-    job._native_id = "43"
-    (ex.work_directory / "43.ec").touch()
-    late = threading.Timer(0.3, lambda: (ex.work_directory / "43.ec").write_text("3\n"))
-    late.start()
-    status = JobStatus(JobState.COMPLETED)
-    ex._read_aux_files(job, status)
-    late.join()
+    _, _, status = _completed_with_late_exit_code(tmp_path, "43", created_empty=True)
     assert (status.state, status.exit_code) == (JobState.FAILED, 3)
 
 

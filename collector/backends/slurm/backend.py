@@ -211,17 +211,16 @@ class SlurmBackend(CommandBackend):
         which the full listing does not; asked for ``A``, every task of the
         array as the full listing prints them."""
         argv = [self.squeue, *LISTING_ARGV]
-        if job_ids:
-            numbers = dict.fromkeys(j.partition("_")[0] for j in job_ids)
+        numbers = dict.fromkeys(j.partition("_")[0] for j in job_ids or ())
+        if numbers:
             argv.append("--jobs=" + ",".join(numbers))
-            if len(numbers) == 1:  # squeue asks for it alone, and fails if it is gone
-                code, out, err = self._run_full(argv)
-                if code != 0 and b"Invalid job id specified" in err:
-                    return {}
-                if code != 0:
-                    raise StatError(f"squeue exited with status {code}: {first_line(err)}")
-                return self._squeue_document(out)
-        return self._squeue_document(self._run(argv))
+        try:
+            raw = self._run(argv)
+        except StatError as exc:  # asked for one job alone, squeue fails if it is gone
+            if len(numbers) == 1 and "Invalid job id specified" in str(exc):
+                return {}
+            raise
+        return self._squeue_document(raw)
 
     def _squeue_document(self, raw: bytes) -> dict[str, Native]:
         doc, fmt = load_document(raw, "squeue")
