@@ -187,8 +187,19 @@ def test_a_listing_for_poked_jobs_gives_the_records_of_the_full_listing(clean, r
     asked += [j for j, n in full.items() if str(het) in str(n.get("het_job_id"))]
     asked = list(dict.fromkeys(asked))
     assert len(asked) == 6, sorted(full)  # 3 tasks, 2 components, the held job
-    got = backend.listing_of([*asked, "abc", ""])  # a poke names what its sender wrote
-    assert {j: got.get(j) for j in asked} == {j: full[j] for j in asked}
+
+    def between_two_equal_full_listings() -> tuple[dict, dict] | None:
+        """The listing for the asked jobs, made between two full listings that
+        agree on them: a job that has just started still changes (its
+        CONFIGURING flag, its accrue and end times), and a listing made while it
+        did may rightly differ from one made a moment before."""
+        before = {j: backend.stat_jobs().get(j) for j in asked}
+        got = backend.listing_of([*asked, "abc", ""])  # a poke names what its sender wrote
+        after = {j: backend.stat_jobs().get(j) for j in asked}
+        return (before, got) if before == after else None
+
+    full_then, got = eventually(between_two_equal_full_listings, timeout=30, interval=0.5)
+    assert {j: got.get(j) for j in asked} == full_then
     assert (other in got) is not backend.slurm_format().json_filters
     unknown = str(int(other) + 1000)
     assert unknown not in backend.listing_of([unknown])
