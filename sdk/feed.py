@@ -11,7 +11,8 @@ the catch-up that follows finds that Redis lost data (a stream went back, or a
 new epoch began) and treats it like a Kubernetes watch's "410 Gone": what it
 knew of the old epoch no longer decides what is new, objects whose record is
 gone are awaited in the new epoch instead of being reported removed, and
-finished jobs of the site or a user's listing are followed again.
+finished jobs of the site or a user's listing are followed again (in the new
+epoch: their events of the epoch their final was of were delivered, and stay so).
 
 Every method runs on the dispatcher thread, except :meth:`Feed.stop`,
 :meth:`Feed.add_end_callback` and the read-only properties, which any thread may use.
@@ -277,14 +278,17 @@ class Feed:
 
     def new_epoch(self, site: str) -> None:
         """Redis lost data for ``site`` (a new epoch began, or a stream went back):
-        follow again the finished jobs of listings (named jobs stay finished), so
-        that the new epoch's events of them are caught up with too."""
+        follow again the site's finished jobs of listings (named jobs stay
+        finished), so that the new epoch's events of them are caught up with too.
+        Their finals stay known with their epoch: a scan back over that epoch's
+        events of them (after the positions) takes those as delivered, not missed
+        (:meth:`verdict`).  Other sites lost nothing: their finished jobs stay."""
         log.warning(
             "jobtap: site %s: a new epoch began (Redis restarted or lost data); catching up",
             site,
         )
         named = {p for t in self._targets.values() for p in t.jobs}
-        self._finished.keep_only(named)
+        self._finished.release(site, named)
 
     def await_again(self, gone: Iterable[tuple[str, Ref]]) -> None:
         """After a loss, the objects whose record is ``gone`` are not removed: they
@@ -342,8 +346,8 @@ class Feed:
         elif epoch != followed:
             log.info("jobtap: %s is of another epoch than %s: resynchronising", change.id, followed)
             return False
-        if prefix in self._finished:
-            return True
+        if prefix in self._finished or self._finished.epoch(prefix) == epoch:
+            return True  # ended (in this epoch: nothing of it is news in it)
         self._stream_epochs[(site, target.stream_of(event))] = epoch
         step = self._versions.step(prefix, change.version, change.type, epoch)
         if step is Step.OLD:
@@ -529,11 +533,14 @@ class Feed:
         missed, None if irrelevant.  After a catch-up by state that was not
         delivered to its end, what was delivered is not a prefix of the stream:
         a processed entry is then passed over (None), and the scan goes back to
-        the positions."""
+        the positions.  An entry of the epoch an object's final was delivered in
+        was processed, also once a new epoch made the feed follow the object
+        again (:meth:`new_epoch`): it is not missed."""
         prefix = entry.prefix
+        if self._finished.epoch(prefix) == entry.epoch:  # its final of that epoch came
+            return True if self._in_order else None
         if prefix in self._finished:  # a later epoch's events of it are not for us
-            done = self._finished.epoch(prefix) == entry.epoch
-            return True if done and self._in_order else None
+            return None
         if prefix in self._versions:
             processed = self._versions.processed(prefix, entry.version, entry.epoch)
             return None if processed and not self._in_order else processed
@@ -554,11 +561,15 @@ class Feed:
 
     def deliver_planned(self, item: Planned) -> bool:
         """Deliver one change of a catch-up, unless it is no longer news; True if it was."""
-        if self._phase is Phase.ENDED or item.prefix in self._finished:
-            return False
+        change = item.change
+        if (
+            self._phase is Phase.ENDED
+            or item.prefix in self._finished
+            or self._finished.epoch(item.prefix) == change.epoch
+        ):
+            return False  # ended (in the change's epoch: not news)
         if item.restart:  # a node or queue that came back: start again from its record
             self._versions.forget(item.prefix)
-        change = item.change
         if change.type != RESYNC and (
             self._versions.step(item.prefix, change.version, change.type, change.epoch) is Step.OLD
         ):
@@ -573,24 +584,34 @@ class Feed:
 
 class Finished:
     """The objects whose final change was delivered, and the epoch it was of;
-    at most ``maxsize`` (the least recently finished are forgotten first)."""
+    at most ``maxsize`` (the least recently finished are forgotten first).
+
+    After Redis lost data an object may be *released* (:meth:`release`): it no
+    longer counts as finished (``in``), since the new epoch may bring news of it,
+    but the epoch of its final is still known (:meth:`epoch`): that epoch's
+    events of it were delivered, and are not news when a scan finds them again."""
 
     def __init__(self, maxsize: int):
         self.maxsize = maxsize
         self._items: OrderedDict[str, str] = OrderedDict()
+        self._released: set[str] = set()
 
     def add(self, prefix: str, epoch: str) -> None:
         self._items[prefix] = epoch
         self._items.move_to_end(prefix)
+        self._released.discard(prefix)
         if len(self._items) > self.maxsize:
-            self._items.popitem(last=False)
+            oldest, _ = self._items.popitem(last=False)
+            self._released.discard(oldest)
 
     def epoch(self, prefix: str) -> str | None:
+        """The epoch of the object's final (released or not; ``None``: not known)."""
         return self._items.get(prefix)
 
-    def keep_only(self, prefixes: set[str]) -> None:
-        for prefix in [p for p in self._items if p not in prefixes]:
-            del self._items[prefix]
+    def release(self, site: str, keep: set[str]) -> None:
+        """The objects of ``site`` that are not in ``keep`` count as finished no longer."""
+        head = f"{site}:"
+        self._released.update(p for p in self._items if p.startswith(head) and p not in keep)
 
     def __contains__(self, prefix: object) -> bool:
-        return prefix in self._items
+        return prefix in self._items and prefix not in self._released

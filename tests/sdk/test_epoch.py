@@ -15,9 +15,10 @@ import pytest
 import jobtap
 import jobtap.aio
 from jobtap.events import RESYNC
+from jobtap.keys import SiteKeys
 from sim.rig.redisloss import reload_from, restart_empty, restart_from, snapshot
 from sim.rig.wait import eventually
-from tests.support.sdk import SITE, K, Recorder, Writer
+from tests.support.sdk import SITE, Barrier, K, Recorder, Writer
 
 
 def stream_ids(r) -> list[str]:
@@ -96,6 +97,66 @@ def test_an_all_jobs_subscriber_gets_every_event_written_after_the_loss(redis_se
     assert {c.object_id for c in after if c.final} == {"0.pbs", "1.pbs", "2.pbs", "3.pbs"}
     assert not [c for c in rec.changes if c.type == "removed"]
     assert sub.resyncs >= 1 and not sub.closed
+    client.close()
+
+
+def test_jobs_that_ended_just_before_a_new_epoch_are_not_delivered_again(redis_server, hermetic):
+    """A job born and ended live after the subscription's stream position, then
+    a new epoch: the catch-up no longer takes the old epoch's finished jobs as the
+    boundary of its scan (their new-epoch events would be news), so it scans back
+    over that job's old-epoch events.  They were delivered: they must not come
+    again (they did, as "missed", when the feed forgot the job altogether)."""
+    r = redis_server.client()
+    w = Writer(r)
+    w.job("1.pbs")
+    client = jobtap.Client(redis_server.url, site=SITE, backoff=(0.05, 0.2))
+    barrier = Barrier(client, w)
+    rec = Recorder()
+    sub = client.subscribe(rec, all_jobs=True)
+    w.job("2.pbs")
+    w.finish("2.pbs")
+    rec.wait_for(lambda cs: any(c.object_id == "2.pbs" and c.final for c in cs))
+    r.hdel(K.meta, "epoch")  # as after Redis came back empty: the next write begins an epoch
+    w.job("3.pbs")
+    rec.wait_for(lambda cs: any(c.object_id == "3.pbs" for c in cs))
+    barrier()  # a duplicate would come before the marker: in the catch-up itself
+    got = [c.id for c in rec.changes if c.type != "initial"]
+    assert len(got) == len(set(got)), got
+    assert [c.version for c in rec.changes if c.object_id == "2.pbs"] == [1, 2]
+    assert sub.resyncs == 1
+    client.close()
+
+
+def test_a_new_epoch_on_one_site_does_not_bring_back_another_sites_finished_jobs(
+    redis_server, hermetic
+):
+    """One subscription to two sites; a job of t1 ends live, then t2 (not t1)
+    begins a new epoch.  The catch-up after it is of both sites: t2's loss must
+    not make the feed forget t1's finished jobs, whose events it would then find
+    "missed" in t1's stream and deliver again."""
+    r = redis_server.client()
+    one, two = Writer(r, site="t1"), Writer(r, site="t2")
+    one.job("1.pbs")
+    two.job("1.pbs")
+    # t2 first: its catch-up (and its new epoch) comes before t1's in the resync
+    client = jobtap.Client(
+        sites={"t2": redis_server.url, "t1": redis_server.url}, site="t2", backoff=(0.05, 0.2)
+    )
+    assert client.sites == ["t2", "t1"]
+    barrier = Barrier(client, one)
+    rec = Recorder()
+    sub = client.subscribe(rec, all_jobs=True)
+    one.job("2.pbs")
+    one.finish("2.pbs")
+    rec.wait_for(lambda cs: any(c.site == "t1" and c.object_id == "2.pbs" and c.final for c in cs))
+    r.hdel(SiteKeys("t2").meta, "epoch")  # t2 alone begins a new epoch at its next write
+    two.job("3.pbs")
+    rec.wait_for(lambda cs: any(c.site == "t2" and c.object_id == "3.pbs" for c in cs))
+    barrier()  # a duplicate would come before the marker: in the catch-up itself
+    got = [c.id for c in rec.changes if c.type != "initial"]
+    assert len(got) == len(set(got)), got
+    assert [c.version for c in rec.changes if c.site == "t1" and c.object_id == "2.pbs"] == [1, 2]
+    assert sub.resyncs == 1
     client.close()
 
 
