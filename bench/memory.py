@@ -99,7 +99,7 @@ from jobtap.collector.ship import chunked
 from jobtap.contract import chunk as contract
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
-from jobtap.schema import BOOKKEEPING, JOB, NODE, QUEUE, TERMINAL
+from jobtap.schema import BOOKKEEPING, JOB, NODE, PACKED_NATIVE, QUEUE, TERMINAL, native_of
 from jobtap.sim import Simulation
 from jobtap.sim.localredis import RedisServer
 from jobtap.sim.model import DEFAULT_USERS
@@ -134,6 +134,11 @@ SIDES: dict[str, Side] = {
     "format 2": Side(Settings()),
     # deploy/redis/jobtap.conf's: a job hash is a listpack, not a hashtable
     "format 2 + listpack": Side(Settings(), ("hash-max-listpack-value 8192",)),
+    # the same with a finished job's native record kept as plain JSON, as before
+    # native_z (jobtap.schema.PACKED_NATIVE) and as --plain-finished-native keeps it
+    "format 2 + listpack + plain native": Side(
+        Settings(pack_finished_native=False), ("hash-max-listpack-value 8192",)
+    ),
     # the same before the users' streams were bounded by the site stream's window
     # (each user's by user_maxlen alone)
     "format 2 + listpack at 0cb794e": Side(
@@ -536,10 +541,10 @@ def _held_twice(key: str, h: dict[str, bytes], user: str | None) -> dict[str, in
     if user is not None and h.get("user", b"").decode() == user:
         count("user (also in the key)", "user")
     count("scheduler (one value for the whole site)", "scheduler")
-    native = orjson.loads(h["native"]) if h.get("native") else {}
+    native = native_of(h.get("native"), h.get(PACKED_NATIVE)) or {}
     if isinstance(native, dict) and h.get("native_state", b"").decode() == native.get("job_state"):
         count("native_state (also in native's job_state)", "native_state")
-    derived = [f for f in h if f != "native" and f not in BOOKKEEPING]
+    derived = [f for f in h if f not in ("native", PACKED_NATIVE) and f not in BOOKKEEPING]
     out["every normalised field (derived from native, site, id)"] = sum(
         len(f) + len(h[f]) for f in derived
     )
@@ -590,7 +595,7 @@ def _other_ways(
         return {f: v for f, v in h.items() if f not in LEAN_DROP}
 
     def native_only(h):
-        return {f: v for f, v in h.items() if f == "native"}
+        return {f: v for f, v in h.items() if f in ("native", PACKED_NATIVE)}
 
     yield store("written again as they are", False, dict, False)
     yield store("listpack (hash-max-listpack-value 1 MB)", True, dict, False)

@@ -34,6 +34,7 @@ import redis
 from jobtap.contract import meta as field
 from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import POKES_MAXLEN, SiteKeys
+from jobtap.schema import PACKED_NATIVE
 
 from . import pokecheck
 from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
@@ -219,10 +220,15 @@ def check_job_hashes(r: redis.Redis, keys: SiteKeys, sample: int = 20) -> Check 
             key = keys.job(user.decode(), jid.decode())
             pipe.object("encoding", key)
             pipe.hstrlen(key, "native")
+            pipe.hstrlen(key, PACKED_NATIVE)  # a finished job's, packed
         replies = pipe.execute()
     except redis.RedisError:  # OBJECT or HRANDFIELD refused to this user, or not routed
         return None
-    found = [(enc, size) for enc, size in zip(replies[::2], replies[1::2]) if enc is not None]
+    found = [
+        (enc, max(plain, packed))
+        for enc, plain, packed in zip(replies[::3], replies[1::3], replies[2::3])
+        if enc is not None
+    ]
     if not found:
         return None
     tables = [size for enc, size in found if enc in (b"hashtable", "hashtable")]

@@ -69,6 +69,14 @@ from .options import (
     "native record out of events (it stays in the job's hash); 1 writes it in them, for "
     "consumers not yet upgraded to read format 2.",
 )
+@click.option(
+    "--pack-finished-native/--plain-finished-native",
+    envvar="JOBTAP_PACK_FINISHED_NATIVE",
+    default=True,
+    show_default=True,
+    help="Keep a finished job's native record packed (zlib and base64, field native_z; "
+    "0.35-0.6 of its bytes): readers from this release unpack it, older ones see none.",
+)
 @metrics_options
 @log_options
 def worker(
@@ -82,6 +90,7 @@ def worker(
     user_maxlen,
     max_age,
     event_version,
+    pack_finished_native,
     metrics_port,
     metrics_addr,
     log_format,
@@ -104,6 +113,7 @@ def worker(
         user_maxlen=user_maxlen,
         max_age=max_age,
         event_version=int(event_version),
+        pack_finished_native=pack_finished_native,
     )
     served = None if all_sites else sites or ["default"]
     metrics = None

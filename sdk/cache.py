@@ -17,7 +17,7 @@ from .connection import AnyRedis, Site
 from .events import split_event_id
 from .records import Job, Node, Queue, natural_key
 from .replies import text
-from .schema import JOB, NODE, QUEUE, decode_value
+from .schema import JOB, NODE, PACKED_NATIVE, QUEUE, native_of
 from .schema import from_hash as decode_hash
 
 log = logging.getLogger("jobtap.sdk")
@@ -128,8 +128,9 @@ class Cache:
         for start in range(0, len(refs), PIPELINE_BATCH):
             pipe = self.r.pipeline(transaction=False)
             for ref in refs[start : start + PIPELINE_BATCH]:
-                pipe.hget(key_of(self.site, ref), "native")
-            out.extend(decode_value("native", raw) if raw else None for raw in pipe.execute())
+                pipe.hmget(key_of(self.site, ref), "native", PACKED_NATIVE)
+            for plain, packed in pipe.execute():
+                out.append(native_of(plain, packed))
         return out
 
     def live_job_ids(self, user: str) -> list[str]:

@@ -29,6 +29,10 @@ Events are made in the format ``Settings.event_version`` names (see
 the event (it is in the hash the same script writes); 1 writes the whole record,
 for sites whose consumers still read ``native`` from events.
 
+A job's final write packs its native record (``Settings.pack_finished_native``,
+``jobtap.schema.PACKED_NATIVE``): nothing diffs a finished job again, and its
+hash, most of it the native record, is kept for the retention (two days).
+
 A job whose first record has already ended (it was submitted, ran and ended
 between two stats) gets two events, ``new`` (version 1) then ``final``
 (version 2), both with that record, written by the same script (each checked
@@ -75,10 +79,12 @@ from jobtap.schema import (
     BOOKKEEPING,
     JOB,
     NODE,
+    PACKED_NATIVE,
     TERMINAL,
     UNKNOWN,
     decode_value,
     from_hash,
+    pack_native,
     to_hash,
 )
 
@@ -117,6 +123,9 @@ class Settings:
     # of events (it stays in the hash); 1 for sites whose consumers still read
     # it from events.
     event_version: int = EVENT_VERSION
+    # A finished job's native record kept packed (jobtap.schema.PACKED_NATIVE):
+    # 0.6 of its bytes for PBS, 0.35 for Slurm; readers before it see none.
+    pack_finished_native: bool = True
 
     def __post_init__(self) -> None:
         if self.event_version not in EVENT_VERSIONS:
@@ -419,6 +428,8 @@ class Applier:
         fields = _fields_to_write(chunk, op, stored, new, changes, version, final)
         if fields and stored.get("epoch") != epoch:  # the epoch this version counts in
             fields["epoch"] = epoch
+        if final and self.settings.pack_finished_native and new.get("native"):
+            fields.update({"native": "", PACKED_NATIVE: pack_native(new["native"])})
         w = _Write(keys, chunk, it, user, okey, live, state, epoch, expected)
         if final and not stored:  # ended before it was ever seen: new, then final
             fields.pop("final")

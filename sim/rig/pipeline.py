@@ -12,6 +12,7 @@ import orjson
 import redis
 
 from jobtap.keys import SiteKeys
+from jobtap.schema import PACKED_NATIVE, native_of
 from jobtap.workers.service import run_worker
 from sim.rig.paths import FAKE_BIN
 
@@ -38,9 +39,11 @@ def site_events(r: redis.Redis, site: str) -> list[dict]:
 def final_record(r: redis.Redis, site: str, event: dict) -> dict:
     """A job's ``final`` event's record with the job's native record, which
     events leave in the hash (format 2): a final's hash is not written again,
-    so its ``native`` is the final's (``None`` once the hash has expired)."""
-    raw = r.hget(SiteKeys(site).job(event["user"], event["object_id"]), "native")
-    return {**event["record"], "native": orjson.loads(raw) if raw else None}
+    so its ``native`` is the final's, kept packed (``None`` once the hash has
+    expired)."""
+    key = SiteKeys(site).job(event["user"], event["object_id"])
+    plain, packed = r.hmget(key, "native", PACKED_NATIVE)
+    return {**event["record"], "native": native_of(plain, packed)}
 
 
 def meta(r: redis.Redis, site: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ import pytest
 
 import jobtap
 from tests.support.ids import eid
-from tests.support.sdk import SITE, Recorder, Writer
+from tests.support.sdk import SITE, K, Recorder, Writer
 
 
 def test_job_and_unknown_job(client, writer):
@@ -163,6 +163,10 @@ def test_a_restricted_user_reads_and_watches_their_own_jobs(redis_server, hermet
         # finished jobs: found through the final events of the user's own stream
         assert [j.id for j in c.jobs(user="alice", finished=True)] == ["1.pbs"]
         assert [j.id for j in c.jobs(user="alice", state="completed")] == ["1.pbs"]
+        # a finished job's native record, kept packed, reads as a live one's
+        assert r.hget(K.job("alice", "1.pbs"), "native") == b""
+        ended = {"job_state": "C", "Job_Owner": "alice@vm"}
+        assert c.native("1.pbs") == ended == c.job("1.pbs").native
 
 
 def test_wrong_password(redis_server, hermetic, r):

@@ -56,6 +56,10 @@ def test_show_readable_json_and_unknown(cli, writer):
     assert (
         record["id"] == "1.pbs" and record["version"] == 1 and record["native"]["job_state"] == "R"
     )
+    writer.job("3.pbs")
+    writer.finish("3.pbs")  # its native record kept packed: shown as a live one's
+    assert orjson.loads(cli("show", "3.pbs", "--json").output)["native"]["job_state"] == "C"
+    assert "Job_Owner" in cli("show", "3.pbs", "--native").output
     result = cli("show", "404.pbs")
     assert result.exit_code == 1
     assert result.output.strip() == f"Error: job 404.pbs is not in the cache of site {SITE}"
@@ -178,6 +182,8 @@ def test_export_native_joins_the_hashes_native_records(cli, writer, r):
     writer.job("2.pbs", user="bob")
     writer.finish("2.pbs")
     r.delete(K.job("bob", "2.pbs"))  # its retention is over: the hash expired
+    writer.job("3.pbs")
+    writer.finish("3.pbs")  # within it: its native record kept packed
     plain = [orjson.loads(x) for x in cli("export", "--since", "0", "--idle", "0.3").output.split()]
     assert all("native" not in e["record"] for e in plain)  # format 2
     result = cli("export", "--since", "0", "--idle", "0.3", "--native")
@@ -185,6 +191,7 @@ def test_export_native_joins_the_hashes_native_records(cli, writer, r):
     joined = [orjson.loads(x) for x in result.output.splitlines()]
     assert [e["record"]["native"] for e in joined] == [
         {"job_state": "R", "Job_Owner": "alice@vm"}, None, None,
+        *[{"job_state": "C", "Job_Owner": "alice@vm"}] * 2,
     ]  # fmt: skip
     for a, b in zip(plain, joined, strict=True):
         assert {**a, "record": {**a["record"], "native": b["record"]["native"]}} == b

@@ -3,7 +3,9 @@ duplicates, resuming after Redis went away."""
 
 from __future__ import annotations
 
+import base64
 import threading
+import zlib
 
 import orjson
 import pytest
@@ -11,6 +13,7 @@ import pytest
 import jobtap
 from jobtap.dedupe import VersionMemory
 from jobtap.events import format_of
+from jobtap.schema import PACKED_NATIVE
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
 from sim.rig.wait import eventually
@@ -299,7 +302,9 @@ def test_native_joined_in_per_batch_from_the_hashes(client, writer, r):
     plain = list(client.stream(since="0", idle_timeout=0.3))
     got = list(client.stream(since="0", count=3, idle_timeout=0.3, native=True))
     assert [c.id for c in got] == [c.id for c in plain]
-    stored = r.hget(K.job("alice", "1.pbs"), "native")
+    key = K.job("alice", "1.pbs")
+    assert r.hget(key, "native") == b""  # ended: its native record is kept packed
+    stored = zlib.decompress(base64.b64decode(r.hget(key, PACKED_NATIVE)))
     natives = [c.event["record"]["native"] for c in got]
     assert natives == [
         {"job_state": "Q", "Job_Owner": "alice@vm"},  # format 1: its own, of version 1

@@ -10,7 +10,7 @@ import pytest
 
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
-from jobtap.schema import from_hash
+from jobtap.schema import PACKED_NATIVE, decode_value, from_hash, unpack_native
 from jobtap.workers.apply import Applier, Settings
 from sim.rig.records import job_record, node_record
 from sim.rig.wait import eventually
@@ -113,6 +113,49 @@ def test_nodes_events_leave_native_out_too(r):
     (event,) = events(r)
     assert event["event_version"] == 2 and "native" not in event["record"]
     assert from_hash(r.hgetall(K.node("n1")))["native"] == {"state": "free"}
+
+
+def test_a_finished_job_keeps_its_native_record_packed(r):
+    """The final write packs the native record (native_z: zlib, then base64,
+    text like every value) and empties ``native``; a live job's stays plain
+    JSON, which the next diff reads; the contract's reader gives the record of
+    before; a reader older than native_z finds no native record, not bytes it
+    cannot parse; a job first seen ended is packed in its one write."""
+    native = {"job_state": "F", "Exit_status": "0", "Variable_List": "PATH=/usr/bin," * 40}
+    a = Applier(r)
+    a.apply(chunk(1, [up(job(state="running", native={"job_state": "R"}))]))
+    key = K.job("alice", "1.pbs")
+    assert orjson.loads(r.hget(key, "native")) == {"job_state": "R"}
+    a.apply(chunk(2, [up(job(state="completed", exit_status=0, native=native))]))
+    raw = r.hgetall(key)
+    packed = raw[PACKED_NATIVE.encode()]
+    assert raw[b"native"] == b"" and decode_value("native", raw[b"native"]) is None
+    assert packed.isascii() and len(packed) < len(orjson.dumps(native)) / 2
+    assert unpack_native(packed) == native == from_hash(raw)["native"]
+    (final,) = [e for e in events(r) if e["type"] == "final"]
+    assert "Exit_status" in final["native_changed"]  # named as before packing
+    a.apply(chunk(3, [up(job("2.pbs", state="failed", exit_status=1, native=native))]))
+    assert from_hash(r.hgetall(K.job("alice", "2.pbs")))["native"] == native
+    assert r.hget(K.job("alice", "2.pbs"), "native") == b""
+
+
+def test_a_worker_told_so_keeps_a_finished_jobs_native_record_plain(r):
+    """``--plain-finished-native``, for sites with readers older than native_z."""
+    a = Applier(r, Settings(pack_finished_native=False))
+    a.apply(chunk(1, [up(job(state="completed", exit_status=0))]))
+    raw = r.hgetall(K.job("alice", "1.pbs"))
+    assert PACKED_NATIVE.encode() not in raw
+    assert orjson.loads(raw[b"native"]) == job(state="completed")["native"]
+
+
+def test_a_packed_native_record_that_is_not_one_is_a_clear_error(r):
+    a = Applier(r)
+    a.apply(chunk(1, [up(job(state="completed", exit_status=0))]))
+    key = K.job("alice", "1.pbs")
+    for bad in (b"not base64!", b"bm90IHpsaWI="):  # not base64; base64 of "not zlib"
+        r.hset(key, PACKED_NATIVE, bad)
+        with pytest.raises(ValueError, match=r"^native_z is not a packed native record: "):
+            from_hash(r.hgetall(key))
 
 
 def test_an_unknown_event_version_is_refused():
