@@ -70,11 +70,12 @@ class Destination:
         """``HGETALL`` of each of ``keys`` (``{}`` for a missing one), sent at once
         on one connection of the reader and read back reply by reply: what a
         redis-py pipeline does, without its Python work per command, which cost
-        the worker more than the parsing."""
+        the worker more than the parsing.  One buffer, one ``sendall``: given a
+        list, redis-py sends each command with a system call of its own."""
         pool = self.reader.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_packed_command([pack_command(("HGETALL", key)) for key in keys])
+            conn.send_packed_command([b"".join(pack_command(("HGETALL", key)) for key in keys)])
             flat = [conn.read_response() for _ in keys]  # RESP2: [field, value, ...]
         except BaseException:
             conn.disconnect()  # replies may be left unread: never reuse this socket
