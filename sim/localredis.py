@@ -9,6 +9,7 @@ With ``tls`` it serves TLS only (``--port 0 --tls-port PORT``), and its URL is a
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import socket
@@ -22,6 +23,7 @@ import redis
 
 LOWEST_PORT = 10000
 _PICK = random.SystemRandom()  # whatever seed a test gives the random module
+_HANDED_OUT: set[int] = set()  # ports this process was given: none is given twice
 
 
 def _ephemeral_start() -> int:
@@ -32,6 +34,18 @@ def _ephemeral_start() -> int:
         return 32768  # Linux's default
 
 
+def _my_range(low: int, high: int) -> tuple[int, int]:
+    """``[low, high)``, or this pytest-xdist worker's slice of it (``gwN`` of
+    ``PYTEST_XDIST_WORKER_COUNT``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return low, high
+    n, of = int(worker[2:]), max(1, int(count))
+    span = (high - low) // of
+    return (low + n * span, low + (n + 1) * span) if n < of and span > 100 else (low, high)
+
+
 def free_port() -> int:
     """A loopback port nothing listens on, below the kernel's ephemeral range.
 
@@ -40,16 +54,25 @@ def free_port() -> int:
     (tests make thousands) may be given it as its local port, and the server
     then fails with "Address already in use".  Ports below the range are never
     handed out that way; one is picked at random (parallel test workers pick
-    apart) and checked free."""
-    high = _ephemeral_start()
+    apart) and checked free.  Nor is a port given twice in one process: a
+    cluster picks every node's port and bus port before it starts any, and a
+    port checked free but not yet bound would pass the check again (a node
+    once failed so, its bus on another node's port).  Under pytest-xdist each
+    worker picks from a slice of the range of its own, so that two workers
+    never pick one port between their checks and their servers' binds."""
+    low, high = _my_range(LOWEST_PORT, _ephemeral_start())
     for _ in range(100):
-        port = _PICK.randrange(LOWEST_PORT, high) if high > LOWEST_PORT + 100 else 0
+        port = _PICK.randrange(low, high) if high > low + 100 else 0
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return s.getsockname()[1]
+            port = s.getsockname()[1]
+        _HANDED_OUT.add(port)
+        return port
     raise RuntimeError("no free loopback port below the ephemeral range")
 
 

@@ -1,5 +1,6 @@
 """The test helpers themselves: eventually() waits the way the tests rely on,
-and the reaper really waits for a command's detached descendants."""
+the reaper really waits for a command's detached descendants, and free_port()
+never gives one port twice."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 import pytest
 
+from jobtap.sim.localredis import LOWEST_PORT, free_port
 from sim.rig.wait import eventually
 from tests.support.reaper import run_reaped
 
@@ -62,3 +64,16 @@ def test_run_reaped_returns_after_the_detached_descendants(tmp_path):
 def test_run_reaped_reports_a_missing_command():
     done = run_reaped(["/nonexistent/command"], capture_output=True, text=True, timeout=30)
     assert done.returncode != 0 and "nonexistent" in done.stderr
+
+
+def test_free_port_gives_no_port_twice_and_keeps_to_its_xdist_workers_slice(monkeypatch):
+    """A cluster picks all its ports before it binds any: a port given twice
+    once made a node's bus fail with "Address already in use"."""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    ports = [free_port() for _ in range(1000)]  # none bound: each only checked free
+    assert len(set(ports)) == len(ports)
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        high = int(f.read().split()[0])
+    span = (high - LOWEST_PORT) // 4
+    assert all(LOWEST_PORT + span <= p < LOWEST_PORT + 2 * span for p in ports)
