@@ -23,8 +23,9 @@ median rate of each and their ratio (target: metrics cost under 5%).
 
 ``--against REV``: the apply step of commit ``REV`` (its ``workers/`` package,
 taken from git into a temporary folder and imported under another name; by
-default the last commit with the old script, which decoded nothing but sent
-whatever it wrote through Lua with a table per item and checked no cycle)
+default ``HEAD``, so that a change not yet committed is measured against the
+tree without it; the SDK's contract, which both sides share, comes from this
+tree, so a revision whose workers need another contract does not import)
 beside this tree's, on the same records, each on a redis-server of its own,
 rounds alternated ABBA.  Prints Redis CPU µs per change (``INFO cpu``) and
 changes/s of each side, and their ratio.  Needs a git checkout.
@@ -85,7 +86,7 @@ from sim.rig.paths import fixtures_dir
 SITE = "bench"
 FIXTURE = fixtures_dir() / "pbs" / "bench-5000.qstat-f.json.gz"
 # The last commit whose apply script received everything through Lua (see --against).
-BEFORE = "5954a2c"
+BEFORE = "HEAD"  # --against without a revision: the last commit
 
 
 def redis_cpu(r) -> float:
