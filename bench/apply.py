@@ -85,7 +85,6 @@ from sim.rig.paths import fixtures_dir
 
 SITE = "bench"
 FIXTURE = fixtures_dir() / "pbs" / "bench-5000.qstat-f.json.gz"
-# The last commit whose apply script received everything through Lua (see --against).
 BEFORE = "HEAD"  # --against without a revision: the last commit
 
 

@@ -75,7 +75,7 @@ from .options import (
     default=True,
     show_default=True,
     help="Keep a finished job's native record packed (zlib and base64, field native_z; "
-    "0.35-0.6 of its bytes): readers from this release unpack it, older ones see none.",
+    "0.36-0.65 of its bytes): readers from this release unpack it, older ones see none.",
 )
 @metrics_options
 @log_options

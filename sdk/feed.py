@@ -346,8 +346,8 @@ class Feed:
         elif epoch != followed:
             log.info("jobtap: %s is of another epoch than %s: resynchronising", change.id, followed)
             return False
-        if prefix in self._finished or self._finished.epoch(prefix) == epoch:
-            return True  # ended (in this epoch: nothing of it is news in it)
+        if self._finished.ended_in(prefix, epoch):
+            return True
         self._stream_epochs[(site, target.stream_of(event))] = epoch
         step = self._versions.step(prefix, change.version, change.type, epoch)
         if step is Step.OLD:
@@ -562,12 +562,8 @@ class Feed:
     def deliver_planned(self, item: Planned) -> bool:
         """Deliver one change of a catch-up, unless it is no longer news; True if it was."""
         change = item.change
-        if (
-            self._phase is Phase.ENDED
-            or item.prefix in self._finished
-            or self._finished.epoch(item.prefix) == change.epoch
-        ):
-            return False  # ended (in the change's epoch: not news)
+        if self._phase is Phase.ENDED or self._finished.ended_in(item.prefix, change.epoch):
+            return False
         if item.restart:  # a node or queue that came back: start again from its record
             self._versions.forget(item.prefix)
         if change.type != RESYNC and (
@@ -607,6 +603,11 @@ class Finished:
     def epoch(self, prefix: str) -> str | None:
         """The epoch of the object's final (released or not; ``None``: not known)."""
         return self._items.get(prefix)
+
+    def ended_in(self, prefix: str, epoch: str) -> bool:
+        """Whether nothing of the object in ``epoch`` is news: it is finished,
+        or (released) its final was of that epoch."""
+        return prefix in self or self._items.get(prefix) == epoch
 
     def release(self, site: str, keep: set[str]) -> None:
         """The objects of ``site`` that are not in ``keep`` count as finished no longer."""

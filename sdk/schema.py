@@ -139,7 +139,7 @@ def to_hash(record: Mapping[str, Any]) -> dict[str, str]:
 # of its own beside an empty ``native``.  Most of a finished job's hash is its
 # native record (docs/performance.md, "Redis memory of a 100,000-job site"), kept
 # for ``jobtap show --native`` and ``export --native`` alone; packed it takes
-# 0.6 of the bytes for PBS, 0.35 for Slurm.  A reader older than this field sees
+# 0.65 of the bytes for PBS, 0.36 for Slurm.  A reader older than this field sees
 # no native record (``native`` empty) rather than bytes it cannot parse.
 PACKED_NATIVE = "native_z"
 

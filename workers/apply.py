@@ -124,7 +124,7 @@ class Settings:
     # it from events.
     event_version: int = EVENT_VERSION
     # A finished job's native record kept packed (jobtap.schema.PACKED_NATIVE):
-    # 0.6 of its bytes for PBS, 0.35 for Slurm; readers before it see none.
+    # 0.65 of its bytes for PBS, 0.36 for Slurm; readers before it see none.
     pack_finished_native: bool = True
 
     def __post_init__(self) -> None:

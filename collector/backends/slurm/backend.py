@@ -94,6 +94,13 @@ COMPLETION_RECORD_WAIT = 0.5
 PROLOG_SETTLE = 0.25
 
 
+def _slurm_job_ids(job_ids: Iterable[str]) -> list[str]:
+    """The ids that are Slurm job ids (``N`` or ``N_T``), once each: a
+    poke names what its sender wrote, and one bad id makes squeue refuse a
+    whole ``--jobs`` listing."""
+    return list(dict.fromkeys(j for j in job_ids if isinstance(j, str) and JOB_ID.match(j)))
+
+
 class SlurmBackend(CommandBackend):
     """Slurm through its commands: ``squeue --json`` (jobs), ``sinfo --json``
     (nodes), ``scontrol show partition -o`` (queues), ``sacct --json`` (history);
@@ -188,10 +195,14 @@ class SlurmBackend(CommandBackend):
         for: squeue would refuse the whole listing."""
         if not self._filters_json(job_ids):
             return self.stat_jobs()
-        wanted = [j for j in job_ids if isinstance(j, str) and JOB_ID.match(j)]
+        wanted = _slurm_job_ids(job_ids)
         if not wanted:
             return {}
-        found = self._squeue(wanted)
+        return self._remember_live(self._squeue(wanted))
+
+    def _remember_live(self, found: dict[str, Native]) -> dict[str, Native]:
+        """Note ``found``, read apart from a full stat, as the latest live
+        records (what the next cycle's reads start from); returns it."""
         if self._last_jobs is not None:  # a new dict: a cycle may be iterating the old one
             self._last_jobs = {**self._last_jobs, **found}
         return found
@@ -314,16 +325,11 @@ class SlurmBackend(CommandBackend):
         the task, e.g. ``25`` for ``20_3``) is not one of its ids and comes back
         absent: deploy/slurm/jobtap-slurmctld-hook.sh pokes ``20_3``.
         """
-        wanted: dict[str, None] = {}
-        for job_id in job_ids:
-            if isinstance(job_id, str) and JOB_ID.match(job_id):
-                wanted[job_id] = None
+        wanted = _slurm_job_ids(job_ids)
         if not wanted:
             return {}
-        live = self._live_records(list(wanted))
-        found = {job_id: live[job_id] for job_id in wanted if job_id in live}
-        if self._last_jobs is not None:  # a new dict: a cycle may be iterating the old one
-            self._last_jobs = {**self._last_jobs, **found}
+        live = self._live_records(wanted)
+        found = self._remember_live({job_id: live[job_id] for job_id in wanted if job_id in live})
         gone = [job_id for job_id in wanted if job_id not in live]
         if gone:
             try:
