@@ -76,6 +76,7 @@ import orjson
 from jobtap.collector.backends.pbs import normalise_job
 from jobtap.collector.ship import Shipper, chunked
 from jobtap.contract.chunk import Chunk
+from jobtap.entries import resolve
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier, Settings
@@ -262,8 +263,8 @@ def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Side], about
 
 def event_bytes(r, stream: str, sample: int = 1000) -> float:
     """The mean size of the last ``sample`` events of ``stream`` (their JSON)."""
-    entries = r.xrevrange(stream, count=sample)
-    return statistics.mean(len(f[b"event"]) for _, f in entries) if entries else 0.0
+    entries = resolve(r, [(sid.decode(), f) for sid, f in r.xrevrange(stream, count=sample)])
+    return statistics.mean(len(f[b"event"]) for _, f in entries if f) if entries else 0.0
 
 
 def job_encodings(r, natives, sample: int = 1000) -> Counter[str]:
@@ -383,8 +384,9 @@ def profile(natives, chunk: int, server_args: list[str]) -> None:
                     p.hmget(item.key, "version", "epoch", "cycle")
                     p.hset(item.key, mapping=item.fields)
                     entry = {"id": item.eid, "type": item.etype, "event": item.json}
-                    p.xadd(keys.events, entry, maxlen=s.site_maxlen, approximate=True)  # type: ignore[arg-type]
-                    p.xadd(item.stream, entry, maxlen=s.user_maxlen, approximate=True)  # type: ignore[arg-type]
+                    named = {"id": item.eid, "type": item.etype, "stream": item.stream}
+                    p.xadd(keys.events, named, maxlen=s.site_maxlen, approximate=True)  # type: ignore[arg-type]
+                    p.xadd(item.stream, entry)  # type: ignore[arg-type]
                     p.publish(item.channel, item.json)
                     p.publish(keys.all_channel, item.json)
 

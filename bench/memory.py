@@ -98,6 +98,7 @@ from jobtap.collector.ledger import Seen
 from jobtap.collector.ship import chunked
 from jobtap.contract import chunk as contract
 from jobtap.contract.chunk import Chunk
+from jobtap.entries import EVENT
 from jobtap.keys import SiteKeys
 from jobtap.schema import BOOKKEEPING, JOB, NODE, PACKED_NATIVE, QUEUE, TERMINAL, native_of
 from jobtap.sim import Simulation
@@ -138,6 +139,11 @@ SIDES: dict[str, Side] = {
     # native_z (jobtap.schema.PACKED_NATIVE) and as --plain-finished-native keeps it
     "format 2 + listpack + plain native": Side(
         Settings(pack_finished_native=False), ("hash-max-listpack-value 8192",)
+    ),
+    # the same with each job event in both streams, as --copy-events writes it and
+    # as every worker wrote before events were stored once (jobtap.entries)
+    "format 2 + listpack + copied events": Side(
+        Settings(store_events_once=False), ("hash-max-listpack-value 8192",)
     ),
     # the same before the users' streams were bounded by the site stream's window
     # (each user's by user_maxlen alone)
@@ -432,9 +438,11 @@ def stream_sample(r, keys: list[str], wanted: int) -> tuple[int, float, float, C
         pipe.xrevrange(key, count=each)
     entries = [fields for reply in pipe.execute() for _, fields in reply][:wanted]
     sizes = [sum(len(f) + len(v) for f, v in e.items()) for e in entries]
-    json = [max((len(v) for v in e.values()), default=0) for e in entries]
-    types = Counter(
-        orjson.loads(max(e.values(), key=len)).get("kind", "?") + " " + e[b"type"].decode()
+    json = [len(e.get(EVENT, b"")) for e in entries]
+    types = Counter(  # an entry naming its event's stream is a job's (jobtap.entries)
+        (orjson.loads(e[EVENT]).get("kind", "?") if EVENT in e else "job (named)")
+        + " "
+        + e[b"type"].decode()
         for e in entries
         if b"type" in e
     )

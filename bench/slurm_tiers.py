@@ -76,6 +76,7 @@ from bench.slurm_polling import (
 from jobtap.collector.backends.slurm import SlurmBackend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
 from sim.rig.slurm import CLUSTERS, hook_settings, is_read_rpc, rpc_stats, use
@@ -246,7 +247,9 @@ def check_delivered(r, work: Workload, deadline: float) -> list[str]:
 
     def problems() -> list[str]:
         events: dict[str, list[dict]] = {}
-        for _, fields in r.xrange(SiteKeys(SITE).events):
+        for _, fields in xrange_events(r, SiteKeys(SITE).events):
+            if not fields:
+                continue
             e = orjson.loads(fields[b"event"])
             if e["kind"] == "job":
                 events.setdefault(e["object_id"], []).append(e)

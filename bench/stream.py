@@ -1,17 +1,23 @@
-"""How fast stream() hands out events.
+"""How fast stream() hands out events, with each job event stored once and copied.
 
     python -m bench.stream [--events 200000] [--count 1000]
 
-Starts its own redis-server on a free port, fills the site stream through the real
-apply step (workers.apply.Applier: 20 changes of each of ``--events``/20 jobs),
-then consumes it from the start with the SDK, each way timed separately:
+For each side, starts its own redis-server on a free port, fills the site stream
+through the real apply step (workers.apply.Applier: 20 changes of each of
+``--events``/20 jobs of 100 users), then consumes it from the start with the SDK,
+each way timed separately.  The sides: "copied", each event whole in the site
+stream and its user's (``jobtap worker --copy-events``), and "once", the default,
+the site stream's entries naming the users' streams that hold the events
+(``jobtap.entries``: the reader follows them, one pipelined read a batch).  The
+ways:
 
 - plain: ``XREAD`` batches, deduplicated, touching each change's id;
 - export: as ``jobtap export`` does (each event's JSON written to /dev/null);
 - group: a consumer group with acks (XREADGROUP + XACK per batch);
 - typed: building the typed record of each change (``change.record``).
 
-Target: >= 50,000 events/s.
+Target: >= 50,000 events/s.  Printed with each side's figures: the ratio
+once/copied, and the redis-server's ``used_memory`` after the fill.
 """
 
 from __future__ import annotations
@@ -41,13 +47,17 @@ def record(n: int, version: int) -> dict:
     }  # fmt: skip
 
 
-def fill(url: str, events: int) -> int:
+SIDES = {"copied": False, "once": True}  # side -> Settings.store_events_once
+
+
+def fill(url: str, events: int, once: bool = True) -> int:
     import redis
 
     from jobtap.contract.chunk import Chunk
     from jobtap.workers.apply import Applier, Settings
 
-    applier = Applier(redis.Redis.from_url(url), Settings(site_maxlen=events * 2))
+    settings = Settings(site_maxlen=events * 2, store_events_once=once)
+    applier = Applier(redis.Redis.from_url(url), settings)
     jobs = max(1, events // VERSIONS)
     cycle = 0
     for version in range(VERSIONS):
@@ -96,20 +106,34 @@ def main(argv: list[str] | None = None) -> dict:
     from jobtap.sim.localredis import RedisServer
 
     os.environ["JOBTAP_CREDENTIALS"] = os.devnull + ".none"  # no credential file here
-    server = RedisServer().start()
-    figures: dict[str, float] = {}
-    try:
-        t0 = time.perf_counter()
-        total = fill(server.url, args.events)
-        print(f"filled the stream with {total} events in {time.perf_counter() - t0:.1f} s")
-        with jobtap.Client(server.url, site=SITE) as client:
-            for mode in ("plain", "export", "group", "typed"):
-                n, elapsed = consume(client, mode, args.count, total)
-                figures[mode] = n / elapsed
-                flag = "" if n == total else f"  (got {n} of {total}: MISMATCH)"
-                print(f"{mode:<7} {n} events in {elapsed:.2f} s: {n / elapsed:,.0f} events/s{flag}")
-    finally:
-        server.stop()
+    modes = ("plain", "export", "group", "typed")
+    figures: dict[str, dict[str, float]] = {}
+    for side, once in SIDES.items():
+        server = RedisServer().start()
+        got = figures[side] = {}
+        try:
+            t0 = time.perf_counter()
+            total = fill(server.url, args.events, once)
+            mb = got["used_memory_mb"] = server.client().info("memory")["used_memory"] / 1e6
+            took = time.perf_counter() - t0
+            print(f"{side}: filled the stream with {total} events in {took:.1f} s; "
+                  f"used_memory {mb:,.1f} MB")  # fmt: skip
+            with jobtap.Client(server.url, site=SITE) as client:
+                for mode in modes:
+                    n, elapsed = consume(client, mode, args.count, total)
+                    got[mode] = n / elapsed
+                    flag = "" if n == total else f"  (got {n} of {total}: MISMATCH)"
+                    print(f"{side:<7} {mode:<7} {n} events in {elapsed:.2f} s: "
+                          f"{n / elapsed:,.0f} events/s{flag}")  # fmt: skip
+        finally:
+            server.stop()
+    a, b = SIDES
+    print(f"\n| mode | {a} (events/s) | {b} (events/s) | {b}/{a} |\n|---|---:|---:|---:|")
+    for mode in modes:
+        x, y = figures[a][mode], figures[b][mode]
+        print(f"| {mode} | {x:,.0f} | {y:,.0f} | {y / x:.2f}x |")
+    x, y = figures[a]["used_memory_mb"], figures[b]["used_memory_mb"]
+    print(f"| used_memory after the fill | {x:,.1f} MB | {y:,.1f} MB | {y / x:.2f}x |")
     print("target: >= 50,000 events/s")
     print(orjson.dumps(figures).decode())
     return figures

@@ -50,7 +50,8 @@ from .options import (
     type=int,
     default=10_000,
     show_default=True,
-    help="Events kept in each user's stream, at most: none older than the site stream's oldest.",
+    help="Events kept in each user's stream with --copy-events (none older than the site "
+    "stream's oldest, which alone bounds it when events are stored once).",
 )
 @click.option(
     "--max-age",
@@ -77,6 +78,15 @@ from .options import (
     help="Keep a finished job's native record packed (zlib and base64, field native_z; "
     "0.36-0.65 of its bytes): readers from this release unpack it, older ones see none.",
 )
+@click.option(
+    "--store-events-once/--copy-events",
+    envvar="JOBTAP_STORE_EVENTS_ONCE",
+    default=True,
+    show_default=True,
+    help="Store a job's event once, in its user's stream, the site stream's entry naming it "
+    "(env JOBTAP_STORE_EVENTS_ONCE): readers from this release follow it, older ones "
+    "cannot read the site stream's job events; --copy-events writes it into both.",
+)
 @metrics_options
 @log_options
 def worker(
@@ -91,6 +101,7 @@ def worker(
     max_age,
     event_version,
     pack_finished_native,
+    store_events_once,
     metrics_port,
     metrics_addr,
     log_format,
@@ -114,6 +125,7 @@ def worker(
         max_age=max_age,
         event_version=int(event_version),
         pack_finished_native=pack_finished_native,
+        store_events_once=store_events_once,
     )
     served = None if all_sites else sites or ["default"]
     metrics = None

@@ -19,15 +19,11 @@ import orjson
 import redis
 
 from .connection import AnyRedis
+from .entries import parse_sid, resolve
 from .events import split_event_id
 from .replies import Fields, blob, text
 
 PAGE = 500
-
-
-def parse_sid(sid: str) -> tuple[int, int]:
-    ms, _, seq = sid.partition("-")
-    return int(ms), int(seq or 0)
 
 
 class Entry:
@@ -137,7 +133,8 @@ def scan_back(
     end = "+"
     scanned = 0
     while True:
-        page = r.xrevrange(stream, max=end, min="-", count=PAGE)
+        read = r.xrevrange(stream, max=end, min="-", count=PAGE) or []
+        page = resolve(r, [(text(s), f) for s, f in read])
         if not page:
             scan.complete = not _trimmed_after(r, stream, stop_at)
             break

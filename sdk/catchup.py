@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .backfill import Entry, parse_sid
+from .backfill import Entry
 from .cache import Ref
+from .entries import parse_sid
 from .events import FINAL, REMOVED, RESYNC
 from .records import Change, Missed
 from .schema import JOB

@@ -40,10 +40,11 @@ import orjson
 import redis
 from tenacity import RetryCallState
 
-from .backfill import Entry, Scan, newest_entry, parse_sid, scan_back
+from .backfill import Entry, Scan, newest_entry, scan_back
 from .cache import Cache, Ref
 from .catchup import Planned, SiteReading, plan_object, plan_state
 from .connection import Site
+from .entries import parse_sid
 from .errors import JobtapError, RedisUnavailable
 from .feed import Callback, ChannelKey, Feed, StreamPosition
 from .link import Link

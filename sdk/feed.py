@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from .backfill import Entry, parse_sid
+from .backfill import Entry
 from .cache import Ref
 from .catchup import Planned
+from .entries import parse_sid
 from .errors import JobtapError
 from .events import INITIAL, REMOVED, RESYNC, UPDATE
 from .records import Change, object_prefix

@@ -55,16 +55,17 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import redis
 from tenacity import RetryCallState
 
-from .backfill import newest_id, parse_sid, removed_count, trimmed_after
+from .backfill import newest_id, removed_count, trimmed_after
 from .cache import Cache, Ref
 from .connection import AnyRedis, Site
 from .dedupe import VersionMemory
+from .entries import parse_sid, resolve
 from .errors import ConfigError, JobtapError
 from .events import split_event_id
 from .reconnect import TRANSIENT, reconnecting
@@ -296,6 +297,12 @@ class EventStream(Iterator[Change]):
             wait = min(wait, max(limit, 0.001))
         return max(1, int(wait * 1000))
 
+    def _offer_all(self, got: Sequence[tuple[str, Fields | None]]) -> None:
+        """Offer a read's entries, each with its event (a site stream's entry
+        may name the user's stream that holds it: :mod:`jobtap.entries`)."""
+        for sid, fields in resolve(self.r, got):
+            self._offer(sid, fields)
+
     def _offer(self, sid: str, fields: Fields | None) -> None:
         if not fields or b"id" not in fields:  # deleted meanwhile, or not an event
             if self.group is not None:
@@ -365,7 +372,8 @@ class EventStream(Iterator[Change]):
         got = entries(reply)
         if not isinstance(info, Exception):  # no stream yet: nothing was let go of
             self._count_gap(info, len(got))
-        for sid, fields in got:
+        read = resolve(self.r, got)  # before the position moves: a failed read is read again
+        for sid, fields in read:
             self._pos = sid
             self._offer(sid, fields)
 
@@ -437,8 +445,9 @@ class EventStream(Iterator[Change]):
             if not own:
                 self._own_pending = None
             else:
-                self._own_pending = own[-1][0]
-                for sid, fields in own:
+                pending = resolve(r, own)  # before the cursor moves past them
+                self._own_pending = pending[-1][0]
+                for sid, fields in pending:
                     self._offer(sid, fields)
             return
         now = time.monotonic()
@@ -454,8 +463,7 @@ class EventStream(Iterator[Change]):
             if claimed:
                 self.claimed += len(claimed)
                 log.info("jobtap: claimed %d pending event(s) of %s", len(claimed), group)
-                for sid, fields in claimed:
-                    self._offer(text(sid), fields)
+                self._offer_all([(text(sid), fields) for sid, fields in claimed])
                 return
         wait = self._block_ms(self._next_claim - time.monotonic())
         # what the stream let go of, and the group's place, just before the events
@@ -470,8 +478,7 @@ class EventStream(Iterator[Change]):
             mine = [g for g in groups if text(g.get("name") or b"") == group]
             if mine:
                 self._count_group_gap(info, mine[0])
-        for sid, fields in entries(reply):
-            self._offer(sid, fields)
+        self._offer_all(entries(reply))
 
     def _removed(self, key: str) -> int:
         try:

@@ -18,7 +18,8 @@
 -- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
 -- new epoch name and time (epoch.py: epoch_args), then publish (PUBLISH, or
 -- SPUBLISH on a Redis Cluster: sharded channels, which share the site's slot),
--- then per item HEADER values (below) and 2*nfields field/value strings, then the
+-- then once ('1': a job's event is stored once, in its user's stream, and the
+-- site stream names it; '0': both streams hold it), then per item HEADER values (below) and 2*nfields field/value strings, then the
 -- chunk's lease generation (the lease fence, jobtap.contract.lease).
 --
 -- Check first, write after: if the site's epoch is not the one the worker made
@@ -35,7 +36,8 @@ local min_id = ARGV[6]
 local all_channel = ARGV[7]
 local n = tonumber(ARGV[8])
 local publish = ARGV[14]
-local FIRST = 15
+local once = ARGV[15] == '1'
+local FIRST = 16
 local FIRST_KEY = 5
 local KEYS_PER_ITEM = 4
 -- per item: op, version, epoch, cycle (the three as read; version '' for an
@@ -93,9 +95,28 @@ for i = 1, n do
   if etype ~= '' then
     local eid, json = ARGV[p + 7], ARGV[p + 9]
     events = events + 1
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
-    if stream ~= KEYS[1] then
-      redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+    if stream == KEYS[1] then  -- a node's or a queue's event: the site stream's own
+      redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+    else
+      if once then
+        -- a job's event, stored once (jobtap.entries): the site stream's entry
+        -- names the user's stream, whose entry of the same id holds the event.
+        -- The user's stream is trimmed to the site stream's window only (below),
+        -- so it keeps every entry the site stream names.
+        local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*',
+          'id', eid, 'type', etype, 'stream', stream)
+        local added = redis.pcall('XADD', stream, sid, 'id', eid, 'type', etype, 'event', json)
+        if type(added) == 'table' and added.err then
+          -- the user's stream is ahead of the site's, which only a hand-made
+          -- entry or a site stream deleted alone can do: keep the event whole
+          redis.call('XDEL', KEYS[1], sid)
+          redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+          redis.call('XADD', stream, '*', 'id', eid, 'type', etype, 'event', json)
+        end
+      else
+        redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+        redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+      end
       if not touched[stream] then
         touched[stream] = true
         user_streams[#user_streams + 1] = stream

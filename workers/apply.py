@@ -33,6 +33,10 @@ A job's final write packs its native record (``Settings.pack_finished_native``,
 ``jobtap.schema.PACKED_NATIVE``): nothing diffs a finished job again, and its
 hash, most of it the native record, is kept for the retention (two days).
 
+A job's event is stored once (``Settings.store_events_once``, ``jobtap.entries``):
+in its user's stream, with the site stream's entry of the same id naming that
+stream instead of holding the event a second time.
+
 A job whose first record has already ended (it was submitted, ran and ended
 between two stats) gets two events, ``new`` (version 1) then ``final``
 (version 2), both with that record, written by the same script (each checked
@@ -126,6 +130,11 @@ class Settings:
     # A finished job's native record kept packed (jobtap.schema.PACKED_NATIVE):
     # 0.65 of its bytes for PBS, 0.36 for Slurm; readers before it see none.
     pack_finished_native: bool = True
+    # A job's event stored once, in its user's stream, the site stream naming it
+    # (jobtap.entries): half the streams' memory; readers before it cannot read
+    # the site stream's job events.  A user's stream is then bounded by the site
+    # stream's window alone (user_maxlen applies to copies only).
+    store_events_once: bool = True
 
     def __post_init__(self) -> None:
         if self.event_version not in EVENT_VERSIONS:
@@ -503,6 +512,7 @@ class Applier:
             plan.epoch,  # the epoch the events carry, not the one believed in now
             *epoch_args(chunk.cycle),
             self.publish,
+            "1" if s.store_events_once else "0",
         ]
         for item in plan.items:
             kargs += item.keys()

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from jobtap.entries import xrange_events
 from jobtap.schema import TERMINAL
 
 
@@ -76,8 +77,9 @@ class Written:
         """Add the stream's entries not noted yet (in stream order); return how
         many new ids."""
         return sum(
-            self.add(sid.decode(), orjson.loads(fields[b"event"]))
-            for sid, fields in r.xrange(stream)
+            self.add(sid, orjson.loads(fields[b"event"]))
+            for sid, fields in xrange_events(r, stream)
+            if fields
         )
 
     def twice(self) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import redis
 
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.schema import PACKED_NATIVE, native_of
 from jobtap.workers.service import run_worker
@@ -33,7 +34,7 @@ def chunks_not_applied(r: redis.Redis) -> int:
 
 
 def site_events(r: redis.Redis, site: str) -> list[dict]:
-    return [orjson.loads(f[b"event"]) for _, f in r.xrange(SiteKeys(site).events)]
+    return [orjson.loads(f[b"event"]) for _, f in xrange_events(r, SiteKeys(site).events) if f]
 
 
 def final_record(r: redis.Redis, site: str, event: dict) -> dict:

@@ -39,6 +39,7 @@ from jobtap.collector.hoststate import FILENAME, HostState
 from jobtap.collector.service import CollectorService
 from jobtap.contract.chunk import PRIORITIES
 from jobtap.contract.lease import describe
+from jobtap.entries import resolve
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from jobtap.sim.model import Simulation
@@ -133,13 +134,14 @@ class Tap:
         while not self.stopping.is_set():
             try:
                 reply = self.r.xread({K.events: self.pos}, count=1000, block=100)
+                got = resolve(self.r, [(s.decode(), f) for _, page in reply for s, f in page])
             except redis.RedisError:
                 self.stopping.wait(0.05)
                 continue
-            for _, entries in reply:
-                for sid, fields in entries:
-                    self.written.add(sid.decode(), orjson.loads(fields[b"event"]))
-                    self.pos = sid.decode()
+            for sid, fields in got:
+                if fields:
+                    self.written.add(sid, orjson.loads(fields[b"event"]))
+                self.pos = sid
 
     def stop(self) -> None:
         self.stopping.set()

@@ -17,6 +17,7 @@ import pytest
 import jobtap
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from sim.rig.pipeline import drain
@@ -128,7 +129,7 @@ def test_top_shows_the_cache_and_a_finishing_job_within_a_second(
             before, last_id = len(arrivals.seen), stream_end(r)
             assert svc.run_one()
             drain(r, SITE)
-            added = r.xrange(K.events, min=f"({last_id}")
+            added = xrange_events(r, K.events, min=f"({last_id}")
             jobs = sum(1 for _, f in added if orjson.loads(f[b"event"])["kind"] == "job")
             eventually(lambda b=before, n=jobs: len(arrivals.seen) - b == n,
                        what="the cycle's job changes at a client")  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobtap.cli.jobs import register, shell_status
+from jobtap.entries import xrange_events
 from sim.rig.paths import ROOT
 from tests.support.ids import eid
 from tests.support.sdk import SITE, K
@@ -163,12 +164,12 @@ def test_watch_needs_something_to_watch(cli):
 def test_export_ndjson_and_groups(cli, writer, r):
     for i in range(6):
         writer.job(f"{i}.pbs")
-    r.xadd(K.events, r.xrange(K.events)[0][1])  # a replayed event: dropped
+    r.xadd(K.events, xrange_events(r, K.events)[0][1])  # a replayed event: dropped
     result = cli("export", "--since", "0", "--idle", "0.3")
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [orjson.loads(x)["id"] for x in lines] == [eid(r, SITE, f"{i}.pbs", 1) for i in range(6)]
-    stored = [f[b"event"] for _, f in r.xrange(K.events)][:6]
+    stored = [f[b"event"] for _, f in xrange_events(r, K.events)][:6]
     assert [x.encode() for x in lines] == stored  # the events as written, byte for byte
     first = cli("export", "--group", "g", "--since", "0", "--count", "4")
     second = cli("export", "--group", "g", "--idle", "0.3")

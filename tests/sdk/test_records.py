@@ -8,6 +8,7 @@ from datetime import datetime
 import orjson
 
 import jobtap
+from jobtap.entries import xrange_events
 from jobtap.records import INITIAL, Change
 from jobtap.schema import JOB_FIELDS, NODE_FIELDS, QUEUE_FIELDS
 from tests.support.ids import eid
@@ -24,7 +25,7 @@ def test_job_from_hash_and_from_event_agree(writer, r):
     writer.job("1.pbs", state="running", exit_status=None, priority=5, array_index=None)
     writer.finish("1.pbs", state="failed", exit_status=271)
     from_hash = jobtap.Job.from_hash(r.hgetall(K.job("alice", "1.pbs")))
-    event = orjson.loads(r.xrange(K.events)[-1][1][b"event"])
+    event = orjson.loads(xrange_events(r, K.events)[-1][1][b"event"])
     from_event = jobtap.Job.from_event(event)
     # the event (format 2) leaves the native record in the hash
     assert from_event.native is None
@@ -49,10 +50,8 @@ def test_running_job_is_not_terminal(writer, r):
 def test_change_from_stream_is_lazy_and_complete(writer, r):
     writer.job("1.pbs")
     writer.job("1.pbs", state="running")
-    sid, f = r.xrange(K.events)[-1]
-    change = Change(
-        f[b"id"].decode(), f[b"type"].decode(), 2, json=f[b"event"], stream_id=sid.decode()
-    )
+    sid, f = xrange_events(r, K.events)[-1]
+    change = Change(f[b"id"].decode(), f[b"type"].decode(), 2, json=f[b"event"], stream_id=sid)
     assert change._event is None  # nothing parsed yet
     assert (change.id, change.type, change.version, change.kind) == (
         eid(r, "t1", "1.pbs", 2),
@@ -72,7 +71,9 @@ def test_synthesized_initial_change_has_the_event_schema(writer, r):
     rec = jobtap.schema.from_hash(r.hgetall(K.job("alice", "1.pbs")))
     change = Change.synthesize(INITIAL, "job", "t1", rec, final=True)
     event = orjson.loads(change.json)
-    written = orjson.loads(r.xrange(K.events)[-1][1][b"event"])  # the final, as a worker made it
+    written = orjson.loads(
+        xrange_events(r, K.events)[-1][1][b"event"]
+    )  # the final, as a worker made it
     # the same keys but native_changed, which names what changed and is not said here
     assert list(event) == [k for k in written if k != "native_changed"]
     assert event["event_version"] == 2 and written["native_changed"] == ["job_state"]

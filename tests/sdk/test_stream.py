@@ -12,6 +12,7 @@ import pytest
 
 import jobtap
 from jobtap.dedupe import VersionMemory
+from jobtap.entries import xrange_events
 from jobtap.events import format_of
 from jobtap.schema import PACKED_NATIVE
 from jobtap.sim.localredis import RedisServer
@@ -127,7 +128,7 @@ def test_user_stream(client, writer):
 
 def test_duplicates_in_the_stream_are_dropped(client, writer, r):
     fill(writer, jobs=3, versions=3)
-    entries = r.xrange(K.events)
+    entries = xrange_events(r, K.events)
     # a replayed batch: the same events appended again, and an old version late
     for _, fields in entries[:4]:
         r.xadd(K.events, fields)
@@ -140,7 +141,7 @@ def test_duplicates_in_the_stream_are_dropped(client, writer, r):
 def test_version_not_newer_than_the_last_seen_is_dropped(client, writer, r):
     writer.job("1.pbs")
     writer.job("1.pbs", comment="a")
-    v1 = r.xrange(K.events)[0][1]
+    v1 = xrange_events(r, K.events)[0][1]
     writer.job("1.pbs", comment="b")
     r.xadd(K.events, v1)  # v1 again, after v3
     got = [c.version for c in client.stream(since="0", idle_timeout=0.3)]
@@ -185,7 +186,7 @@ def test_group_survives_a_consumer_crash(client, writer, r):
     del a  # consumer "a" crashes: batch 2 (10 events, 5 handed out) stays pending
     assert r.xpending(K.events, "g")["pending"] == 10
     # a replay of some events lands in the stream meanwhile
-    for _, fields in r.xrange(K.events)[20:23]:
+    for _, fields in xrange_events(r, K.events)[20:23]:
         r.xadd(K.events, fields)
     b = client.stream(
         group="g", consumer="b", count=10, claim_idle=0.3, block=0.1, idle_timeout=1.5
@@ -276,7 +277,7 @@ def write_both_formats(writer) -> None:
 
 def test_both_event_formats_are_delivered_the_same_way(client, writer, r):
     write_both_formats(writer)
-    stored = [orjson.loads(f[b"event"]) for _, f in r.xrange(K.events)]
+    stored = [orjson.loads(f[b"event"]) for _, f in xrange_events(r, K.events)]
     assert [format_of(e) for e in stored] == [1, 1, 2, 2]
     assert ["native" in e["record"] for e in stored] == [True, True, False, False]
     got = list(client.stream(since="0", idle_timeout=0.3))
@@ -288,7 +289,9 @@ def test_both_event_formats_are_delivered_the_same_way(client, writer, r):
     assert "native.job_state" not in got[3].changes  # format 2: named, values in the hash
     assert [c.native_changed for c in got] == [(), ("job_state",), (), ("job_state",)]
     assert got[3].record.final and got[3].record.exit_status == 0
-    assert [c.json for c in got] == [f[b"event"] for _, f in r.xrange(K.events)]  # as written
+    assert [c.json for c in got] == [
+        f[b"event"] for _, f in xrange_events(r, K.events)
+    ]  # as written
 
 
 def test_native_joined_in_per_batch_from_the_hashes(client, writer, r):

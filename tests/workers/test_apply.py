@@ -10,6 +10,7 @@ import pytest
 
 from jobtap.collector.backends.slurm import normalise_job, parse_squeue
 from jobtap.contract.chunk import Chunk
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.schema import PACKED_NATIVE, decode_value, from_hash, unpack_native
 from jobtap.workers.apply import Applier, Settings
@@ -35,7 +36,7 @@ def up(rec, fp="fp"):
 
 
 def events(r, key=K.events):
-    return [orjson.loads(f[b"event"]) for _, f in r.xrange(key)]
+    return [orjson.loads(f[b"event"]) for _, f in xrange_events(r, key)]
 
 
 def test_new_update_state_final_versions_and_keys(r):
@@ -95,7 +96,7 @@ def test_event_version_1_writes_the_events_of_before(r):
     a.apply(chunk(1, [up(job())]))
     a.apply(chunk(2, [up(job(state="running"))]))
     epoch = r.hget(K.meta, "epoch").decode()
-    raw = [f[b"event"] for _, f in r.xrange(K.events)]
+    raw = [f[b"event"] for _, f in xrange_events(r, K.events)]
     assert [list(orjson.loads(e)) for e in raw] == [FORMAT_1_KEYS] * 2
     record = {**job(state="running"), "version": 2, "updated_at": "2026-11-21T15:00:02+00:00"}
     before = {

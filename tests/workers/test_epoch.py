@@ -13,6 +13,7 @@ import orjson
 
 from jobtap.contract.chunk import Chunk
 from jobtap.contract.epoch import EpochGuard, new_epoch_name
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
 from jobtap.workers.service import _retired, worker_alive, worker_name
@@ -39,7 +40,7 @@ def chunk(cycle, recs):
 
 
 def events(r) -> list[dict]:
-    return [orjson.loads(f[b"event"]) for _, f in r.xrange(K.events)]
+    return [orjson.loads(f[b"event"]) for _, f in xrange_events(r, K.events)]
 
 
 def meta(r) -> dict[str, str]:

@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from jobtap.contract.chunk import Chunk
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
 from sim.rig.records import job_record
@@ -44,7 +45,7 @@ def chunk(cycle: int, state: str = "queued") -> Chunk:
 
 
 def events(r) -> list[dict]:
-    return [orjson.loads(f[b"event"]) for _, f in r.xrange(K.events)]
+    return [orjson.loads(f[b"event"]) for _, f in xrange_events(r, K.events)]
 
 
 def meta(r) -> dict[str, str]:

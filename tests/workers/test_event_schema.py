@@ -14,6 +14,7 @@ import pytest
 
 from jobtap import events, schema
 from jobtap.collector.cycle import Collector, CycleFailed
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.sim.backend import SimBackend
 from sim.rig.pipeline import drain
@@ -26,7 +27,7 @@ def all_events(r) -> list[dict]:
     """Every event in every stream of the site (site stream and user streams)."""
     out = []
     for key in r.scan_iter(match=f"jobtap:{{{SITE}}}:*events", _type="stream"):
-        out += [orjson.loads(f[b"event"]) for _, f in r.xrange(key)]
+        out += [orjson.loads(f[b"event"]) for _, f in xrange_events(r, key)]
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 
 from jobtap.contract.chunk import Chunk, upsert
+from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from jobtap.workers.apply import Applier
@@ -20,7 +21,7 @@ def chunk(cycle: int, items: list) -> Chunk:
 
 
 def events(r, key=K.events) -> list[dict]:
-    return [orjson.loads(f[b"event"]) for _, f in r.xrange(key)]
+    return [orjson.loads(f[b"event"]) for _, f in xrange_events(r, key)]
 
 
 def test_a_job_first_seen_ended_gets_new_then_final(r):

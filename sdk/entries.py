@@ -1,0 +1,89 @@
+"""The site stream's entries, as readers get them: a job's event is stored once.
+
+A worker writes a job's event into its user's stream, and the site stream's
+entry of the same id names that stream instead of holding the event again
+(``workers/apply.lua``; the event is 1-2 KB, and the site stream and the users'
+streams held every job event twice)::
+
+    jobtap:{hpc1}:events          1764300000000-3  id …  type state  stream …:u:alice:events
+    jobtap:{hpc1}:u:alice:events  1764300000000-3  id …  type state  event {…}
+
+A node's or a queue's event, and every event a worker wrote before (or with
+``jobtap worker --copy-events``), is held whole by the site stream.  Every reader
+of the site stream reads it through :func:`resolve`: one pipelined round a batch,
+an ``XRANGE`` per user's stream named (the users' streams are on the site's slot,
+so a Redis Cluster answers it from one node); an admin does the same by hand::
+
+    redis-cli XRANGE 'jobtap:{hpc1}:u:alice:events' 1764300000000-3 1764300000000-3
+
+Reading the site stream takes read access to the users' streams too (the
+operator user has it; a cluster user reads their own stream only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .connection import AnyRedis
+from .replies import Fields, text
+
+EVENT = b"event"
+"""The field of an entry that holds its event (JSON)."""
+STREAM = b"stream"
+"""The field of a site stream's entry that names the stream holding its event."""
+
+Entries = list[tuple[str, Fields | None]]
+
+
+def holder(fields: Fields | None) -> str | None:
+    """The stream that holds the event of an entry that names it, else ``None``."""
+    if not fields or EVENT in fields:
+        return None
+    named = fields.get(STREAM)
+    return None if named is None else text(named)
+
+
+def resolve(r: AnyRedis, items: Sequence[tuple[str, Fields | None]]) -> Entries:
+    """``items`` (stream id, fields) with each entry that names its event's stream
+    replaced by that stream's entry of the same id (its fields: ``id``, ``type``,
+    ``event``), read in one pipelined round: one ``XRANGE`` per stream named, from
+    the first id to the last (a user's stream holds no entry the site stream
+    lacks, so a run of the site stream costs no more than its own events).  An
+    entry whose event is gone (its user's stream was trimmed meanwhile, or
+    deleted) comes back with ``None``, as an entry deleted from the stream does."""
+    spans: dict[str, tuple[str, str]] = {}
+    named: dict[int, str] = {}
+    for i, (sid, fields) in enumerate(items):
+        key = holder(fields)
+        if key is None:
+            continue
+        named[i] = key
+        low, high = spans.get(key, (sid, sid))
+        spans[key] = (min(low, sid, key=parse_sid), max(high, sid, key=parse_sid))
+    out: Entries = list(items)
+    if not named:
+        return out
+    pipe = r.pipeline(transaction=False)
+    for key, (low, high) in spans.items():
+        pipe.xrange(key, min=low, max=high)
+    held: dict[tuple[str, str], Fields] = {}
+    for key, reply in zip(spans, pipe.execute(), strict=True):
+        held.update(((key, text(sid)), fields) for sid, fields in reply or ())
+    for i, key in named.items():
+        sid = items[i][0]
+        out[i] = (sid, held.get((key, sid)))
+    return out
+
+
+def parse_sid(sid: str) -> tuple[int, int]:
+    """A stream id as a pair that sorts as the stream does."""
+    ms, _, seq = sid.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def xrange_events(
+    r: AnyRedis, key: str, min: str = "-", max: str = "+", count: int | None = None
+) -> Entries:
+    """``XRANGE`` of a stream of events, each entry with its event (:func:`resolve`)."""
+    page = r.xrange(key, min=min, max=max, count=count) or []
+    return resolve(r, [(text(sid), fields) for sid, fields in page])
