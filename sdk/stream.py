@@ -24,8 +24,9 @@ deterministic: use it as the key downstream).
 
 After a disconnect the stream reconnects with backoff and carries on where it
 left off; nothing is skipped that the stream still holds.  The streams are
-bounded (the workers' ``--site-maxlen``, ``--user-maxlen`` and ``--max-age``; a
-user's stream keeps nothing older than the site stream's oldest event): a plain
+bounded (the workers' ``--site-maxlen`` and ``--max-age``; a user's stream keeps
+nothing older than the site stream's oldest event, and with ``--copy-events`` no
+more than ``--user-maxlen``): a plain
 reader (or consumer group) behind by more than that is told, each time, in a
 warning and in :attr:`EventStream.gaps`, and goes on from the oldest event the
 stream holds.
@@ -34,6 +35,10 @@ older snapshot), the events written afterwards carry a new site epoch (see
 :mod:`jobtap.events`) and versions from 1 again: the de-duplication counts
 versions per epoch, so the new epoch's events all go through
 (:attr:`EventStream.epoch` and ``epochs`` say what was seen).
+
+A site stream's entry that names the user's stream holding its event (a job's
+event is stored once: :mod:`jobtap.entries`) is read with its event, one
+pipelined read a batch, before the batch is handed out.
 
 With ``native=True`` each event comes with the scheduler's own record in
 ``record.native``, which events of format 2 leave in the object's hash (see
@@ -369,10 +374,11 @@ class EventStream(Iterator[Change]):
         info, reply = pipe.execute(raise_on_error=False)
         if isinstance(reply, Exception):
             raise reply
-        got = entries(reply)
+        # each entry with its event first: if that read fails, nothing has moved
+        # (the position, the place) and the batch is read again
+        read = resolve(self.r, entries(reply))
         if not isinstance(info, Exception):  # no stream yet: nothing was let go of
-            self._count_gap(info, len(got))
-        read = resolve(self.r, got)  # before the position moves: a failed read is read again
+            self._count_gap(info, len(read))
         for sid, fields in read:
             self._pos = sid
             self._offer(sid, fields)

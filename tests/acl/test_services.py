@@ -300,3 +300,24 @@ def test_operator_can_run_jobtap_status(acl_server, writer):
         "status", "--redis", acl_server.url_as(acl.OPERATOR, OPERATOR_PW), "--site", SITE
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_reader_of_the_site_stream_alone_is_told_it_cannot_read_job_events(
+    acl_server, admin, writer
+):
+    """A job's event is in its user's stream, which the site stream names
+    (jobtap.entries): a Redis user granted the site stream and not the users'
+    streams is refused with a clear error, not handed a stream without them."""
+    writer.job("1.pbs", "alice")
+    admin.execute_command(
+        "ACL", "SETUSER", "sitestream", "on", ">pw", "-@all", "+ping", "+hello", "+xread",
+        "+xinfo|stream", "+xrange", "+xrevrange", f"%R~{K.events}",
+    )  # fmt: skip
+    with jobtap.Client(acl_server.url, site=SITE, username="sitestream", password="pw") as c:
+        with pytest.raises(jobtap.PermissionDenied):
+            list(c.stream(since="0", idle_timeout=0.3))
+        # the same user, granted alice's stream too, reads her job's event
+        admin.execute_command("ACL", "SETUSER", "sitestream", f"%R~{K.user_events('alice')}")
+        assert [ch.object_id for ch in c.stream(since="0", idle_timeout=0.3)] == ["1.pbs"]
+    with jobtap.Client(acl_server.url, site=SITE, username=acl.OPERATOR, password=OPERATOR_PW) as c:
+        assert [ch.object_id for ch in c.stream(since="0", idle_timeout=0.3)] == ["1.pbs"]
