@@ -46,33 +46,34 @@ def holder(fields: Fields | None) -> str | None:
 def resolve(r: AnyRedis, items: Sequence[tuple[str, Fields | None]]) -> Entries:
     """``items`` (stream id, fields) with each entry that names its event's stream
     replaced by that stream's entry of the same id (its fields: ``id``, ``type``,
-    ``event``), read in one pipelined round: one ``XRANGE`` per stream named, from
-    the first id to the last (a user's stream holds no entry the site stream
-    lacks, so a run of the site stream costs no more than its own events).  An
-    entry whose event is gone (its user's stream was trimmed meanwhile, or
-    deleted) comes back with ``None``, as an entry deleted from the stream does."""
-    spans: dict[str, tuple[str, str]] = {}
-    named: dict[int, str] = {}
-    for i, (sid, fields) in enumerate(items):
-        key = holder(fields)
-        if key is None:
-            continue
-        named[i] = key
-        low, high = spans.get(key, (sid, sid))
-        spans[key] = (min(low, sid, key=parse_sid), max(high, sid, key=parse_sid))
+    ``event``), read in one pipelined round: one ``XRANGE`` per stream named,
+    over the ids the named entries span.  A user's stream holds no entry the
+    site stream lacks, so for a run of the site stream (what ``XREAD`` and a
+    scan read) that is the run's events and nothing more.  An entry whose event
+    is gone (its user's stream was trimmed meanwhile, or deleted) comes back
+    with ``None``, as an entry deleted from the stream does."""
+    named = [(i, key) for i, (_, fields) in enumerate(items) if (key := holder(fields))]
     out: Entries = list(items)
     if not named:
         return out
+    span = [parse_sid(items[i][0]) for i, _ in named]
+    (low_ms, low_seq), (high_ms, high_seq) = min(span), max(span)
+    low, high = f"{low_ms}-{low_seq}", f"{high_ms}-{high_seq}"
+    keys = list(dict.fromkeys(key for _, key in named))
     pipe = r.pipeline(transaction=False)
-    for key, (low, high) in spans.items():
+    for key in keys:
         pipe.xrange(key, min=low, max=high)
-    held: dict[tuple[str, str], Fields] = {}
-    for key, reply in zip(spans, pipe.execute(), strict=True):
-        held.update(((key, text(sid)), fields) for sid, fields in reply or ())
-    for i, key in named.items():
+    held: dict[tuple[str, bytes], Fields] = {}
+    for key, reply in zip(keys, pipe.execute(), strict=True):
+        held.update(((key, _raw(sid)), fields) for sid, fields in reply or ())
+    for i, key in named:
         sid = items[i][0]
-        out[i] = (sid, held.get((key, sid)))
+        out[i] = (sid, held.get((key, sid.encode())))
     return out
+
+
+def _raw(sid: bytes | str) -> bytes:
+    return sid if isinstance(sid, bytes) else sid.encode()
 
 
 def parse_sid(sid: str) -> tuple[int, int]:
