@@ -43,28 +43,41 @@ def holder(fields: Fields | None) -> str | None:
     return None if named is None else text(named)
 
 
-def resolve(r: AnyRedis, items: Sequence[tuple[str, Fields | None]]) -> Entries:
+def resolve(
+    r: AnyRedis, items: Sequence[tuple[str, Fields | None]], *, run: bool = True
+) -> Entries:
     """``items`` (stream id, fields) with each entry that names its event's stream
     replaced by that stream's entry of the same id (its fields: ``id``, ``type``,
-    ``event``), read in one pipelined round: one ``XRANGE`` per stream named,
-    over the ids the named entries span.  A user's stream holds no entry the
-    site stream lacks, so for a run of the site stream (what ``XREAD`` and a
-    scan read) that is the run's events and nothing more.  An entry whose event
-    is gone (its user's stream was trimmed meanwhile, or deleted) comes back
-    with ``None``, as an entry deleted from the stream does."""
+    ``event``), read in one pipelined round.  An entry whose event is gone (its
+    user's stream was trimmed meanwhile, or deleted) comes back with ``None``, as
+    an entry deleted from the stream does.
+
+    ``run``: ``items`` are a run of the site stream, every entry between the
+    first and the last (what ``XREAD``, ``XREADGROUP >`` and a scan's page read):
+    then one ``XRANGE`` per stream named, over the ids they span, which a user's
+    stream, holding no entry the site stream lacks, answers with the run's
+    events and nothing more.  Otherwise (a consumer's pending or claimed
+    entries, which other consumers' entries may separate by hours) one
+    ``XRANGE`` per entry, of its id alone."""
     named = [(i, key) for i, (_, fields) in enumerate(items) if (key := holder(fields))]
     out: Entries = list(items)
     if not named:
         return out
-    span = [parse_sid(items[i][0]) for i, _ in named]
-    (low_ms, low_seq), (high_ms, high_seq) = min(span), max(span)
-    low, high = f"{low_ms}-{low_seq}", f"{high_ms}-{high_seq}"
-    keys = list(dict.fromkeys(key for _, key in named))
     pipe = r.pipeline(transaction=False)
-    for key in keys:
-        pipe.xrange(key, min=low, max=high)
+    reads: list[str] = []
+    if run:
+        span = [parse_sid(items[i][0]) for i, _ in named]
+        (low_ms, low_seq), (high_ms, high_seq) = min(span), max(span)
+        low, high = f"{low_ms}-{low_seq}", f"{high_ms}-{high_seq}"
+        reads = list(dict.fromkeys(key for _, key in named))
+        for key in reads:
+            pipe.xrange(key, min=low, max=high)
+    else:
+        for i, key in named:
+            reads.append(key)
+            pipe.xrange(key, min=items[i][0], max=items[i][0], count=1)
     held: dict[tuple[str, bytes], Fields] = {}
-    for key, reply in zip(keys, pipe.execute(), strict=True):
+    for key, reply in zip(reads, pipe.execute(), strict=True):
         held.update(((key, _raw(sid)), fields) for sid, fields in reply or ())
     for i, key in named:
         sid = items[i][0]

@@ -108,15 +108,18 @@ def test_an_entry_whose_event_is_gone_reads_as_none(r):
 
 
 def test_any_selection_of_entries_resolves_to_its_own_events(r):
-    """One XRANGE per named stream covers a run of entries; a selection that is
-    not a run (a consumer group's claimed entries) gets its own events too."""
+    """A run of the site stream (read in order, either way) is resolved with one
+    XRANGE per named stream; a selection that is not a run (a consumer's
+    pending or claimed entries) entry by entry: each gets its own event."""
     a = Applier(r)
     users = ["alice", "bob", "carol"]
     for cycle in range(1, 5):
         a.apply(chunk(cycle, [up(job(f"{cycle}.{u}", user=u)) for u in users]))
     site = [(sid.decode(), f) for sid, f in r.xrange(K.events)]
-    for picked in (site, site[::2], site[1::3], site[::-1]):
-        got = resolve(r, picked)
+    runs = [(site, True), (site[3:7], True), (site[::-1], True)]
+    others = [(site[::2], False), (site[1::3], False), (site[::-3], False)]
+    for picked, run in runs + others:
+        got = resolve(r, picked, run=run)
         assert [sid for sid, _ in got] == [sid for sid, _ in picked]
         for (_, named), (_, fields) in zip(picked, got, strict=True):
             assert fields is not None and fields[b"id"] == named[b"id"]
