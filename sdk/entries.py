@@ -23,6 +23,7 @@ operator user has it; a cluster user reads their own stream only).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .connection import AnyRedis
 from .replies import Fields, text
@@ -76,17 +77,14 @@ def resolve(
         for i, key in named:
             reads.append(key)
             pipe.xrange(key, min=items[i][0], max=items[i][0], count=1)
-    held: dict[tuple[str, bytes], Fields] = {}
+    held: dict[str, dict[Any, Fields]] = {}  # stream -> its entries read, by id
     for key, reply in zip(reads, pipe.execute(), strict=True):
-        held.update(((key, _raw(sid)), fields) for sid, fields in reply or ())
+        held.setdefault(key, {}).update(reply or ())
     for i, key in named:
         sid = items[i][0]
-        out[i] = (sid, held.get((key, sid.encode())))
+        mine = held[key]
+        out[i] = (sid, mine.get(sid.encode()) or mine.get(sid))  # ids as bytes, or decoded
     return out
-
-
-def _raw(sid: bytes | str) -> bytes:
-    return sid if isinstance(sid, bytes) else sid.encode()
 
 
 def parse_sid(sid: str) -> tuple[int, int]:
