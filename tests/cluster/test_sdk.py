@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import jobtap
+from jobtap.entries import STREAM
 from jobtap.keys import SiteKeys
 from sim.rig.cluster import site_slot
 from tests.support.sdk import Recorder, Writer
@@ -75,10 +76,13 @@ def test_one_client_subscribes_to_sites_on_three_shards(clean_cluster, sites, wr
                 assert list(where.values()) == [1] and set(where) <= replicas, (site, where)
 
 
-def test_the_stream_of_a_site_on_the_cluster(clean_cluster, sites, writers):
+def test_the_stream_of_a_site_on_the_cluster(clean_cluster, sites, writers, rc):
     site = sites[2]
     for n in range(5):
         writers[site].job(f"{n}.pbs", "bob")
+    # the site stream names bob's stream, on the site's slot (jobtap.entries)
+    named = {f.get(STREAM) for _, f in rc.xrange(SiteKeys(site).events)}
+    assert named == {SiteKeys(site).user_events("bob").encode()}
     with client_of(clean_cluster, sites) as client:
         stream = client.stream(site=site, since="0", idle_timeout=1.0)
         assert [c.object_id for c in stream] == [f"{n}.pbs" for n in range(5)]
