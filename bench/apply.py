@@ -263,7 +263,7 @@ def side_by_side(natives, chunk: int, rounds: int, sides: dict[str, Side], about
 
 def event_bytes(r, stream: str, sample: int = 1000) -> float:
     """The mean size of the last ``sample`` events of ``stream`` (their JSON)."""
-    entries = resolve(r, [(sid.decode(), f) for sid, f in r.xrevrange(stream, count=sample)])
+    entries = resolve(r, r.xrevrange(stream, count=sample))
     return statistics.mean(len(f[b"event"]) for _, f in entries if f) if entries else 0.0
 
 

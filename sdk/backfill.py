@@ -133,8 +133,7 @@ def scan_back(
     end = "+"
     scanned = 0
     while True:
-        read = r.xrevrange(stream, max=end, min="-", count=PAGE) or []
-        page = resolve(r, [(text(s), f) for s, f in read])
+        page = resolve(r, r.xrevrange(stream, max=end, min="-", count=PAGE) or [])
         if not page:
             scan.complete = not _trimmed_after(r, stream, stop_at)
             break

@@ -23,7 +23,6 @@ operator user has it; a cluster user reads their own stream only).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from .connection import AnyRedis
 from .replies import Fields, text
@@ -45,9 +44,11 @@ def holder(fields: Fields | None) -> str | None:
 
 
 def resolve(
-    r: AnyRedis, items: Sequence[tuple[str, Fields | None]], *, run: bool = True
+    r: AnyRedis, items: Sequence[tuple[bytes | str | None, Fields | None]], *, run: bool = True
 ) -> Entries:
-    """``items`` (stream id, fields) with each entry that names its event's stream
+    """``items`` (stream id, fields: a reply of ``XRANGE`` and the like, or
+    :func:`jobtap.replies.entries` of one of ``XREAD``), their ids as ``str``,
+    with each entry that names its event's stream
     replaced by that stream's entry of the same id (its fields: ``id``, ``type``,
     ``event``), read in one pipelined round.  An entry whose event is gone (its
     user's stream was trimmed meanwhile, or deleted) comes back with ``None``, as
@@ -60,14 +61,14 @@ def resolve(
     events and nothing more.  Otherwise (a consumer's pending or claimed
     entries, which other consumers' entries may separate by hours) one
     ``XRANGE`` per entry, of its id alone."""
-    named = [(i, key) for i, (_, fields) in enumerate(items) if (key := holder(fields))]
-    out: Entries = list(items)
+    out: Entries = [(text(sid), fields) for sid, fields in items]
+    named = [(i, key) for i, (_, fields) in enumerate(out) if (key := holder(fields))]
     if not named:
         return out
     pipe = r.pipeline(transaction=False)
     reads: list[str] = []
     if run:
-        span = [parse_sid(items[i][0]) for i, _ in named]
+        span = [parse_sid(out[i][0]) for i, _ in named]
         (low_ms, low_seq), (high_ms, high_seq) = min(span), max(span)
         low, high = f"{low_ms}-{low_seq}", f"{high_ms}-{high_seq}"
         reads = list(dict.fromkeys(key for _, key in named))
@@ -76,14 +77,13 @@ def resolve(
     else:
         for i, key in named:
             reads.append(key)
-            pipe.xrange(key, min=items[i][0], max=items[i][0], count=1)
-    held: dict[str, dict[Any, Fields]] = {}  # stream -> its entries read, by id
+            pipe.xrange(key, min=out[i][0], max=out[i][0], count=1)
+    held: dict[str, dict[bytes, Fields]] = {}  # stream -> its entries read, by id
     for key, reply in zip(reads, pipe.execute(), strict=True):
         held.setdefault(key, {}).update(reply or ())
     for i, key in named:
-        sid = items[i][0]
-        mine = held[key]
-        out[i] = (sid, mine.get(sid.encode()) or mine.get(sid))  # ids as bytes, or decoded
+        sid = out[i][0]
+        out[i] = (sid, held[key].get(sid.encode()))
     return out
 
 
@@ -97,5 +97,4 @@ def xrange_events(
     r: AnyRedis, key: str, min: str = "-", max: str = "+", count: int | None = None
 ) -> Entries:
     """``XRANGE`` of a stream of events, each entry with its event (:func:`resolve`)."""
-    page = r.xrange(key, min=min, max=max, count=count) or []
-    return resolve(r, [(text(sid), fields) for sid, fields in page])
+    return resolve(r, r.xrange(key, min=min, max=max, count=count) or [])

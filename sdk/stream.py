@@ -302,7 +302,9 @@ class EventStream(Iterator[Change]):
             wait = min(wait, max(limit, 0.001))
         return max(1, int(wait * 1000))
 
-    def _offer_all(self, got: Sequence[tuple[str, Fields | None]], run: bool = True) -> None:
+    def _offer_all(
+        self, got: Sequence[tuple[bytes | str | None, Fields | None]], run: bool = True
+    ) -> None:
         """Offer a read's entries, each with its event (a site stream's entry
         may name the user's stream that holds it: :mod:`jobtap.entries`)."""
         for sid, fields in resolve(self.r, got, run=run):
@@ -469,7 +471,7 @@ class EventStream(Iterator[Change]):
             if claimed:
                 self.claimed += len(claimed)
                 log.info("jobtap: claimed %d pending event(s) of %s", len(claimed), group)
-                self._offer_all([(text(sid), fields) for sid, fields in claimed], run=False)
+                self._offer_all(claimed, run=False)
                 return
         wait = self._block_ms(self._next_claim - time.monotonic())
         # what the stream let go of, and the group's place, just before the events

@@ -19,8 +19,9 @@
 -- new epoch name and time (epoch.py: epoch_args), then publish (PUBLISH, or
 -- SPUBLISH on a Redis Cluster: sharded channels, which share the site's slot),
 -- then once ('1': a job's event is stored once, in its user's stream, and the
--- site stream names it; '0': both streams hold it), then per item HEADER values (below) and 2*nfields field/value strings, then the
--- chunk's lease generation (the lease fence, jobtap.contract.lease).
+-- site stream names it; '0': both streams hold it), then per item HEADER values
+-- (below) and 2*nfields field/value strings, then the chunk's lease generation
+-- (the lease fence, jobtap.contract.lease).
 --
 -- Check first, write after: if the site's epoch is not the one the worker made
 -- the events for (a new one began: Redis lost data), or any object's version,
@@ -75,6 +76,37 @@ for i = 1, n do
   pos = pos + HEADER + 2 * tonumber(ARGV[pos + 13])
 end
 
+-- A job's event stored once (jobtap.entries): the site stream's entry names the
+-- user's stream, whose entry of the same id holds the event.  The user's stream
+-- is trimmed to the site stream's window only (below), so it keeps every entry
+-- the site stream names.  False, and nothing written, if the user's stream is
+-- ahead of the site's, which only a hand-made entry or a site stream deleted
+-- alone can do.
+local function add_named(stream, eid, etype, json)
+  local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*',
+    'id', eid, 'type', etype, 'stream', stream)
+  local added = redis.pcall('XADD', stream, sid, 'id', eid, 'type', etype, 'event', json)
+  if type(added) == 'table' and added.err then
+    redis.call('XDEL', KEYS[1], sid)
+    return false
+  end
+  return true
+end
+
+-- An event whole in the site stream and, a job's, in its user's: cut there to
+-- user_maxlen only where the site stream names none of its entries (copies).
+local function add_whole(stream, eid, etype, json)
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+  if stream == KEYS[1] then
+    return
+  end
+  if once then
+    redis.call('XADD', stream, '*', 'id', eid, 'type', etype, 'event', json)
+  else
+    redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+  end
+end
+
 -- pass 2: write
 local events = 0
 local touched, user_streams, finished_sets = {}, {}, {}
@@ -95,32 +127,13 @@ for i = 1, n do
   if etype ~= '' then
     local eid, json = ARGV[p + 7], ARGV[p + 9]
     events = events + 1
-    if stream == KEYS[1] then  -- a node's or a queue's event: the site stream's own
-      redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
-    else
-      if once then
-        -- a job's event, stored once (jobtap.entries): the site stream's entry
-        -- names the user's stream, whose entry of the same id holds the event.
-        -- The user's stream is trimmed to the site stream's window only (below),
-        -- so it keeps every entry the site stream names.
-        local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*',
-          'id', eid, 'type', etype, 'stream', stream)
-        local added = redis.pcall('XADD', stream, sid, 'id', eid, 'type', etype, 'event', json)
-        if type(added) == 'table' and added.err then
-          -- the user's stream is ahead of the site's, which only a hand-made
-          -- entry or a site stream deleted alone can do: keep the event whole
-          redis.call('XDEL', KEYS[1], sid)
-          redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
-          redis.call('XADD', stream, '*', 'id', eid, 'type', etype, 'event', json)
-        end
-      else
-        redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
-        redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
-      end
-      if not touched[stream] then
-        touched[stream] = true
-        user_streams[#user_streams + 1] = stream
-      end
+    -- a node's or a queue's event is the site stream's own (stream is KEYS[1])
+    if not (once and stream ~= KEYS[1] and add_named(stream, eid, etype, json)) then
+      add_whole(stream, eid, etype, json)
+    end
+    if stream ~= KEYS[1] and not touched[stream] then
+      touched[stream] = true
+      user_streams[#user_streams + 1] = stream
     end
     redis.call(publish, ARGV[p + 6], json)
     redis.call(publish, all_channel, json)

@@ -53,6 +53,7 @@ from jobtap.collector.service import CollectorService
 from jobtap.contract.chunk import PRIORITIES, Chunk
 from jobtap.entries import resolve
 from jobtap.keys import SiteKeys
+from jobtap.replies import entries
 from jobtap.sim import SimBackend
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Settings
@@ -124,7 +125,7 @@ class StreamTap:
             while not self.stopping.is_set():
                 try:
                     reply = r.xread({K.events: self.pos}, count=1000, block=100)
-                    got = resolve(r, [(s.decode(), f) for _, page in reply for s, f in page])
+                    got = resolve(r, entries(reply))
                 except redis.RedisError:  # Redis is away: read on once it is back
                     self.stopping.wait(0.05)
                     continue

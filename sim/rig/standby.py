@@ -41,6 +41,7 @@ from jobtap.contract.chunk import PRIORITIES
 from jobtap.contract.lease import describe
 from jobtap.entries import resolve
 from jobtap.keys import SiteKeys
+from jobtap.replies import entries
 from jobtap.sim import SimBackend
 from jobtap.sim.model import Simulation
 from sim.rig.epochs import Written
@@ -134,7 +135,7 @@ class Tap:
         while not self.stopping.is_set():
             try:
                 reply = self.r.xread({K.events: self.pos}, count=1000, block=100)
-                got = resolve(self.r, [(s.decode(), f) for _, page in reply for s, f in page])
+                got = resolve(self.r, entries(reply))
             except redis.RedisError:
                 self.stopping.wait(0.05)
                 continue
