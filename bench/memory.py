@@ -91,6 +91,7 @@ from typing import Any
 import orjson
 
 from bench.apply import applier_at, config_args, redis_cpu
+from bench.native_pack import ZlibNativeApplier
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import CycleReport, compare, normalise_many
 from jobtap.collector.fingerprint import fingerprint_all
@@ -100,7 +101,8 @@ from jobtap.contract import chunk as contract
 from jobtap.contract.chunk import Chunk
 from jobtap.entries import EVENT
 from jobtap.keys import SiteKeys
-from jobtap.schema import BOOKKEEPING, JOB, NODE, PACKED_NATIVE, QUEUE, TERMINAL, native_of
+from jobtap.packing import PACKED_NATIVE, PRIMED_NATIVE, native_of
+from jobtap.schema import BOOKKEEPING, JOB, NODE, QUEUE, TERMINAL
 from jobtap.sim import Simulation
 from jobtap.sim.localredis import RedisServer
 from jobtap.sim.model import DEFAULT_USERS
@@ -119,9 +121,12 @@ class Side:
     settings: Settings
     redis_config: tuple[str, ...] = ()
     rev: str | None = None  # the apply step of this commit (bench.apply.applier_at), not the tree's
+    applier: type[Applier] = Applier  # the tree's, or a bench's variant of it
 
     def __str__(self) -> str:
         at = f"; workers/ of {self.rev}" if self.rev else ""
+        if self.applier is not Applier:
+            at += f"; {self.applier.__name__}"
         return f"{self.settings}; redis-server {list(self.redis_config) or 'as built'}{at}"
 
 
@@ -136,9 +141,14 @@ SIDES: dict[str, Side] = {
     # deploy/redis/jobtap.conf's: a job hash is a listpack, not a hashtable
     "format 2 + listpack": Side(Settings(), ("hash-max-listpack-value 8192",)),
     # the same with a finished job's native record kept as plain JSON, as before
-    # native_z (jobtap.schema.PACKED_NATIVE) and as --plain-finished-native keeps it
+    # native_z and native_zd (jobtap.packing) and as --plain-finished-native keeps it
     "format 2 + listpack + plain native": Side(
         Settings(pack_finished_native=False), ("hash-max-listpack-value 8192",)
+    ),
+    # the same with a finished job's native record packed without a dictionary
+    # (native_z), as every worker packed it before native_zd
+    "format 2 + listpack + native_z": Side(
+        Settings(), ("hash-max-listpack-value 8192",), applier=ZlibNativeApplier
     ),
     # the same with each job event in both streams, as --copy-events writes it and
     # as every worker wrote before events were stored once (jobtap.entries)
@@ -276,11 +286,13 @@ def _ship(
         yield Chunk(SITE, report.cycle, report.observed_at, kind, list(part))
 
 
-def fill(r, settings: Settings, site: Site, rev: str | None = None) -> Filled:
-    """Fill ``r`` with the site through an ``Applier`` with ``settings`` (that of
-    commit ``rev`` if given)."""
+def fill(
+    r, settings: Settings, site: Site, rev: str | None = None, applier_class: type = Applier
+) -> Filled:
+    """Fill ``r`` with the site through an ``applier_class`` with ``settings``
+    (the ``Applier`` of commit ``rev`` if given)."""
     filled = Filled()
-    applier = (applier_at(rev) if rev else Applier)(r, settings)
+    applier = (applier_at(rev) if rev else applier_class)(r, settings)
     cpu0 = redis_cpu(r)
     t0 = shown = time.perf_counter()
     for c in collect(site, settings.retention, filled):
@@ -549,16 +561,17 @@ def _held_twice(key: str, h: dict[str, bytes], user: str | None) -> dict[str, in
     if user is not None and h.get("user", b"").decode() == user:
         count("user (also in the key)", "user")
     count("scheduler (one value for the whole site)", "scheduler")
-    native = native_of(h.get("native"), h.get(PACKED_NATIVE)) or {}
+    native = native_of(h) or {}
     if isinstance(native, dict) and h.get("native_state", b"").decode() == native.get("job_state"):
         count("native_state (also in native's job_state)", "native_state")
-    derived = [f for f in h if f not in ("native", PACKED_NATIVE) and f not in BOOKKEEPING]
+    derived = [f for f in h if f not in NATIVE_FORMS and f not in BOOKKEEPING]
     out["every normalised field (derived from native, site, id)"] = sum(
         len(f) + len(h[f]) for f in derived
     )
     return out
 
 
+NATIVE_FORMS = ("native", PRIMED_NATIVE, PACKED_NATIVE)  # the fields a native record is in
 LEAN_DROP = ("id", "site", "user", "scheduler", "native_state")
 
 
@@ -603,7 +616,7 @@ def _other_ways(
         return {f: v for f, v in h.items() if f not in LEAN_DROP}
 
     def native_only(h):
-        return {f: v for f, v in h.items() if f in ("native", PACKED_NATIVE)}
+        return {f: v for f, v in h.items() if f in NATIVE_FORMS}
 
     yield store("written again as they are", False, dict, False)
     yield store("listpack (hash-max-listpack-value 1 MB)", True, dict, False)
@@ -798,7 +811,7 @@ def run_side(name: str, side: Side, site: Site, sample: int) -> tuple[Measured, 
     server = RedisServer(args=config_args(list(side.redis_config))).start()
     try:
         r = server.client()
-        filled = fill(r, side.settings, site, side.rev)
+        filled = fill(r, side.settings, site, side.rev, side.applier)
         print_fill(name, side, site, filled)
         measured = measure(r)
         a = anatomy(r, measured, sample)

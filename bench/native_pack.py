@@ -2,21 +2,31 @@
 
     python -m bench.native_pack [--repeat 50]
 
-A finished job's hash keeps its native record packed (``jobtap.schema.pack_native``:
-zlib level 6, then base64, in ``native_z``; docs/design-notes.md).  For the job
-records of the captures in tests/fixtures (each scheduler's own JSON of a job, as
-the backends store it in ``native``: PBS ``qstat -f -x -F json``, Slurm ``squeue
---json`` and ``sacct --json`` of every release captured, Flux ``flux jobs --json``),
-prints per source: records, mean JSON bytes, packed bytes and their ratio, and the
-CPU time of one pack (the worker, once per job: at its final) and one unpack (a
-reader of the record), the best of ``--repeat`` timed passes over the records.
+    python -m bench.native_pack --dictionary FILE   # a new native dictionary, from the captures
+
+A finished job's hash keeps its native record packed (``jobtap.packing``: zlib
+level 6 primed with a dictionary, then base64, in ``native_zd``; before, zlib
+alone in ``native_z``; docs/design-notes.md).  For the job records of the
+captures in tests/fixtures (each scheduler's own JSON of a job, as the backends
+store it in ``native``: PBS ``qstat -f -x -F json``, Slurm ``squeue --json`` and
+``sacct --json`` of every release captured, Flux ``flux jobs --json``), prints
+per source: records, mean JSON bytes, the bytes of both packed forms and their
+ratio to the JSON, and the CPU time of one pack (the worker, once per job: at its
+final) and one unpack (a reader of the record), the best of ``--repeat`` timed
+passes over the records.  These records have no hash, so ``native_zd`` is primed
+with the scheduler's part of the dictionary alone here.
+
+Native dictionary 1 was made from some of these captures (``DICTIONARY_SOURCES``:
+PBS's, Flux's, Slurm 22.05's and 24.11's); the other Slurm releases' rows are
+records it was not made from.
 
 Then what it makes of a finished job's hash: the PBS and Slurm ``squeue --json``
 records, normalised by their backend and ended (``completed``), applied through
-the real ``Applier`` twice, packed and plain (``--plain-finished-native``), each
-on a redis-server of its own with deploy/redis/jobtap.conf's
+the real ``Applier`` three times, plain (``--plain-finished-native``), packed as
+before (``native_z``) and as now (``native_zd``, primed with the hash's own
+fields too), each on a redis-server of its own with deploy/redis/jobtap.conf's
 ``hash-max-listpack-value 8192``; prints the mean ``MEMORY USAGE`` of the
-hashes of each side and their ratio.
+hashes of each side and the ratio of the two packed forms.
 """
 
 from __future__ import annotations
@@ -25,7 +35,9 @@ import argparse
 import gzip
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -34,7 +46,7 @@ from jobtap.collector.backends.slurm import normalise_job as slurm_job
 from jobtap.collector.backends.slurm import parse_squeue
 from jobtap.contract.chunk import Chunk
 from jobtap.keys import SiteKeys
-from jobtap.schema import pack_native, unpack_native
+from jobtap.packing import PACKED_NATIVE, pack_native, pack_zlib, unpack_native, unpack_zlib
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier, Settings
 
@@ -108,14 +120,78 @@ def finished_records() -> dict[str, list[dict]]:
     return out
 
 
-def hash_bytes(records: list[dict], pack: bool) -> float:
+def skeleton(natives: list[dict]) -> bytes:
+    """One JSON object with every key of ``natives`` in the order first seen, as a
+    zlib dictionary for records like them: nested objects kept, lists cut to their
+    first element, numbers 0, strings of up to 8 characters kept (``"True"``,
+    ``"n"``, ``"NONE"``: what recurs from job to job), longer ones emptied (paths,
+    names, times: what one site's records hold)."""
+
+    def shape(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape(v) for v in value[:1]]
+        if isinstance(value, bool) or value is None:
+            return value
+        if isinstance(value, int | float):
+            return 0
+        return value if len(value) <= 8 else ""
+
+    def merge(into: dict, other: dict) -> None:
+        for k, v in other.items():
+            if k not in into:
+                into[k] = v
+            elif isinstance(into[k], dict) and isinstance(v, dict):
+                merge(into[k], v)
+
+    merged: dict = {}
+    for native in natives:
+        merge(merged, shape(native))
+    return orjson.dumps(merged)
+
+
+# What each scheduler's part of a native dictionary is made of: the captures of
+# its job records (sources()).  Slurm's changed shape at 23.02 (numbers became
+# {"set", "infinite", "number"}), so it takes the two Debian releases, 22.05 and
+# 24.11, each sacct then squeue (the part nearest the end is the cheapest to
+# refer to); the other releases' captures are left out, and measure how the
+# dictionary does on records it was not made from.
+DICTIONARY_SOURCES = {
+    "pbs": ("PBS qstat -f -x",),
+    "slurm": ("Slurm 22.05 sacct", "Slurm 22.05 squeue", "Slurm 24.11 sacct", "Slurm 24.11 squeue"),
+    "flux": ("Flux flux jobs",),
+}
+
+
+def dictionary() -> dict[str, str]:
+    """A native dictionary (``jobtap.packing``) made from the captures: each
+    scheduler's part the skeletons of its sources, one after the other."""
+    texts = sources()
+    return {
+        scheduler: b"".join(
+            skeleton([orjson.loads(t) for t in texts[name]]) for name in names
+        ).decode()
+        for scheduler, names in DICTIONARY_SOURCES.items()
+    }
+
+
+class ZlibNativeApplier(Applier):
+    """The workers before native dictionaries: a finished job's native record
+    packed by zlib alone (``jobtap.packing.PACKED_NATIVE``, ``native_z``)."""
+
+    def _packed_native(self, text: str, fields: dict[str, str]) -> dict[str, str]:
+        return {"native": "", PACKED_NATIVE: pack_zlib(text)}
+
+
+def hash_bytes(records: list[dict], pack: bool, applier: type[Applier] = Applier) -> float:
     """Mean ``MEMORY USAGE`` of these ended jobs' hashes as the workers write them."""
     server = RedisServer(args=["--hash-max-listpack-value", "8192"]).start()
     try:
         r = server.client()
         items = [{"op": "upsert", "id": rec["id"], "fp": "f", "state": rec["state"],
                   "record": rec} for rec in records]  # fmt: skip
-        applier = Applier(r, Settings(pack_finished_native=pack))
+        applier = applier(r, Settings(pack_finished_native=pack))
         applier.apply(Chunk(SITE, 1, "2026-11-28T12:00:00+00:00", "job", items))
         keys = SiteKeys(SITE)
         sizes = [r.memory_usage(keys.job(rec["user"], rec["id"]), samples=0) for rec in records]
@@ -139,26 +215,53 @@ def best_us(fn: Callable[[str], object], items: list[str], repeat: int) -> float
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=50, help="timed passes; the best is kept")
+    ap.add_argument("--dictionary", type=Path, metavar="FILE",
+                    help="write a native dictionary made from the captures, and stop")  # fmt: skip
     args = ap.parse_args()
-    row = "{:<24} {:>7} {:>9} {:>9} {:>7} {:>9} {:>11}"
-    print(row.format("source", "records", "JSON B", "packed B", "ratio", "pack µs", "unpack µs"))
+    if args.dictionary:
+        args.dictionary.write_bytes(orjson.dumps(dictionary(), option=orjson.OPT_INDENT_2) + b"\n")
+        return
+    row = "{:<24} {:>7} {:>7} {:>14} {:>14} {:>7} {:>7} {:>7} {:>7}"
+    print(
+        "packed bytes (and ratio to the JSON): native_z, zlib alone (before);"
+        " native_zd, with the scheduler's part of native dictionary 1 (now)"
+    )
+    print(row.format("source", "records", "JSON B", "native_z B", "native_zd B",
+                     "pack z", "pack zd", "unpk z", "unpk zd"))  # fmt: skip
     for name, texts in sources().items():
-        packed = [pack_native(t) for t in texts]
-        assert [unpack_native(p) for p in packed] == [orjson.loads(t) for t in texts]
+        # the dictionary's part alone: these records have no hash to prime it
+        fields = {"scheduler": name.split()[0].lower()}
+        zlib_form = [pack_zlib(t) for t in texts]
+        primed = [pack_native(t, fields) for t in texts]
+        natives = [orjson.loads(t) for t in texts]
+        assert [unpack_zlib(p) for p in zlib_form] == natives
+        assert [unpack_native(p, fields) for p in primed] == natives
         n = len(texts)
-        plain_b, packed_b = sum(map(len, texts)) / n, sum(map(len, packed)) / n
-        pack = best_us(pack_native, texts, args.repeat)
-        unpack = best_us(unpack_native, packed, args.repeat)
-        print(row.format(name, n, f"{plain_b:,.0f}", f"{packed_b:,.0f}",
-                         f"{packed_b / plain_b:.2f}", f"{pack:.1f}", f"{unpack:.1f}"))  # fmt: skip
+        plain_b = sum(map(len, texts)) / n
+        z_b, zd_b = sum(map(len, zlib_form)) / n, sum(map(len, primed)) / n
+        times = (
+            best_us(pack_zlib, texts, args.repeat),
+            best_us(partial(pack_native, fields=fields), texts, args.repeat),
+            best_us(unpack_zlib, zlib_form, args.repeat),
+            best_us(partial(unpack_native, fields=fields), primed, args.repeat),
+        )
+        print(row.format(name, n, f"{plain_b:,.0f}", f"{z_b:,.0f} ({z_b / plain_b:.2f})",
+                         f"{zd_b:,.0f} ({zd_b / plain_b:.2f})",
+                         *(f"{us:.1f}" for us in times)))  # fmt: skip
+    print("(µs per record: pack, the worker, once per job at its final; unpack, a reader)")
     print()
-    row = "{:<24} {:>7} {:>12} {:>12} {:>7}"
-    print("a finished job's hash, MEMORY USAGE (B), listpack (hash-max-listpack-value 8192)")
-    print(row.format("source", "jobs", "plain", "packed", "ratio"))
+    row = "{:<24} {:>7} {:>12} {:>12} {:>12} {:>7}"
+    print(
+        "a finished job's hash, MEMORY USAGE (B), listpack (hash-max-listpack-value 8192);"
+        " native_zd primed with the hash's own fields too"
+    )
+    print(row.format("source", "jobs", "plain", "native_z", "native_zd", "zd/z"))
     for name, records in finished_records().items():
-        plain, packed = hash_bytes(records, pack=False), hash_bytes(records, pack=True)
-        print(row.format(name, len(records), f"{plain:,.0f}", f"{packed:,.0f}",
-                         f"{packed / plain:.2f}"))  # fmt: skip
+        plain = hash_bytes(records, pack=False)
+        zlib_b = hash_bytes(records, pack=True, applier=ZlibNativeApplier)
+        primed_b = hash_bytes(records, pack=True)
+        print(row.format(name, len(records), f"{plain:,.0f}", f"{zlib_b:,.0f}",
+                         f"{primed_b:,.0f}", f"{primed_b / zlib_b:.2f}"))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import redis
 from jobtap.contract import meta as field
 from jobtap.contract.chunk import PRIORITIES
 from jobtap.keys import POKES_MAXLEN, SiteKeys
-from jobtap.schema import PACKED_NATIVE
+from jobtap.packing import PACKED_NATIVE, PRIMED_NATIVE
 
 from . import pokecheck
 from .options import connect, connect_queues, queue_redis_option, redis_option, site_option
@@ -220,13 +220,16 @@ def check_job_hashes(r: redis.Redis, keys: SiteKeys, sample: int = 20) -> Check 
             key = keys.job(user.decode(), jid.decode())
             pipe.object("encoding", key)
             pipe.hstrlen(key, "native")
-            pipe.hstrlen(key, PACKED_NATIVE)  # a finished job's, packed
+            pipe.hstrlen(key, PRIMED_NATIVE)  # a finished job's, packed
+            pipe.hstrlen(key, PACKED_NATIVE)  # packed by a worker before native_zd
         replies = pipe.execute()
     except redis.RedisError:  # OBJECT or HRANDFIELD refused to this user, or not routed
         return None
     found = [
-        (enc, max(plain, packed))
-        for enc, plain, packed in zip(replies[::3], replies[1::3], replies[2::3])
+        (enc, max(plain, primed, packed))
+        for enc, plain, primed, packed in zip(
+            replies[::4], replies[1::4], replies[2::4], replies[3::4], strict=True
+        )
         if enc is not None
     ]
     if not found:

@@ -75,8 +75,9 @@ from .options import (
     envvar="JOBTAP_PACK_FINISHED_NATIVE",
     default=True,
     show_default=True,
-    help="Keep a finished job's native record packed (zlib and base64, field native_z; "
-    "0.36-0.65 of its bytes): readers from this release unpack it, older ones see none.",
+    help="Keep a finished job's native record packed (zlib with a dictionary, base64, field "
+    "native_zd; 0.1-0.3 of its bytes): readers from this release unpack it, older ones see "
+    "none.",
 )
 @click.option(
     "--store-events-once/--copy-events",

@@ -15,9 +15,10 @@ import redis
 
 from .connection import AnyRedis, Site
 from .events import split_event_id
+from .packing import NATIVE_FIELDS, native_read
 from .records import Job, Node, Queue, natural_key
 from .replies import text
-from .schema import JOB, NODE, PACKED_NATIVE, QUEUE, native_of
+from .schema import JOB, NODE, QUEUE
 from .schema import from_hash as decode_hash
 
 log = logging.getLogger("jobtap.sdk")
@@ -128,9 +129,9 @@ class Cache:
         for start in range(0, len(refs), PIPELINE_BATCH):
             pipe = self.r.pipeline(transaction=False)
             for ref in refs[start : start + PIPELINE_BATCH]:
-                pipe.hmget(key_of(self.site, ref), "native", PACKED_NATIVE)
-            for plain, packed in pipe.execute():
-                out.append(native_of(plain, packed))
+                pipe.hmget(key_of(self.site, ref), NATIVE_FIELDS)
+            for values in pipe.execute():
+                out.append(native_read(values))
         return out
 
     def live_job_ids(self, user: str) -> list[str]:

@@ -3,21 +3,19 @@ the scheduler.  Writers encode records into Redis hashes with :func:`to_hash`;
 readers decode them with :func:`from_hash`.  Hash values are plain strings so
 that ``redis-cli HGETALL`` shows readable data: integers as decimal, lists and
 dicts as JSON, a missing value as the empty string.  One exception: a finished
-job's native record, which nothing diffs again and few read, may be kept packed
-(:data:`PACKED_NATIVE`).
+job's native record, which nothing diffs again and few read, is kept packed
+(:mod:`jobtap.packing`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
 from .errors import ConfigError
+from .packing import PACKED_NATIVE, PRIMED_NATIVE, native_of
 
 # Job states ---------------------------------------------------------------------
 QUEUED = "queued"
@@ -134,30 +132,6 @@ def to_hash(record: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-# A finished job's native record, packed: zlib, then base64 (a hash value stays
-# text, which every reader, ``decode_responses`` ones too, can take), in a field
-# of its own beside an empty ``native``.  Most of a finished job's hash is its
-# native record (docs/performance.md, "Redis memory of a 100,000-job site"), kept
-# for ``jobtap show --native`` and ``export --native`` alone; packed it takes
-# 0.65 of the bytes for PBS, 0.36 for Slurm.  A reader older than this field sees
-# no native record (``native`` empty) rather than bytes it cannot parse.
-PACKED_NATIVE = "native_z"
-
-
-def pack_native(text: str) -> str:
-    """The :data:`PACKED_NATIVE` form of a native record's JSON text."""
-    return base64.b64encode(zlib.compress(text.encode(), 6)).decode("ascii")
-
-
-def unpack_native(raw: str | bytes) -> Any:
-    """The native record a :data:`PACKED_NATIVE` value holds; a ``ValueError``
-    saying so if it is not one (a hand-edited or truncated hash)."""
-    try:
-        return orjson.loads(zlib.decompress(base64.b64decode(raw, validate=True)))
-    except (binascii.Error, zlib.error, orjson.JSONDecodeError) as exc:
-        raise ValueError(f"{PACKED_NATIVE} is not a packed native record: {exc}") from None
-
-
 def decode_value(name: str, raw: str | bytes) -> Any:
     if isinstance(raw, bytes):
         raw = raw.decode()
@@ -174,26 +148,18 @@ def decode_value(name: str, raw: str | bytes) -> Any:
 
 
 def from_hash(raw: Mapping[str | bytes, str | bytes]) -> dict[str, Any]:
-    """Decode an HGETALL reply into a record (the inverse of :func:`to_hash`,
-    a packed native record unpacked into ``native``)."""
+    """Decode an HGETALL reply into a record (the inverse of :func:`to_hash`;
+    a finished job's packed native record unpacked into ``native``:
+    :mod:`jobtap.packing`)."""
     out = {}
     for name, value in raw.items():
         key = name.decode() if isinstance(name, bytes) else name
         out[key] = decode_value(key, value)
-    if PACKED_NATIVE in out:
-        out["native"] = native_of(out.get("native"), out.pop(PACKED_NATIVE))
+    if PRIMED_NATIVE in out or PACKED_NATIVE in out:
+        out["native"] = native_of(raw)
+        out.pop(PRIMED_NATIVE, None)
+        out.pop(PACKED_NATIVE, None)
     return out
-
-
-def native_of(plain: Any, packed: str | bytes | None) -> Any:
-    """A job's native record from its hash's two fields: ``native`` (``plain``,
-    as read or decoded) unless it is empty, else :data:`PACKED_NATIVE`
-    (``packed``) unpacked; ``None`` when neither holds one."""
-    if isinstance(plain, (str, bytes)):
-        plain = decode_value("native", plain)
-    if plain is not None:
-        return plain
-    return unpack_native(packed) if packed else None
 
 
 def is_terminal(state: str | None) -> bool:

@@ -81,7 +81,7 @@ end
 -- is trimmed to the site stream's window only (below), so it keeps every entry
 -- the site stream names.  False, and nothing written, if the user's stream is
 -- ahead of the site's, which only a hand-made entry or a site stream deleted
--- alone can do.
+-- alone can do.  Both return the site stream's id.
 local function add_named(stream, eid, etype, json)
   local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*',
     'id', eid, 'type', etype, 'stream', stream)
@@ -90,21 +90,23 @@ local function add_named(stream, eid, etype, json)
     redis.call('XDEL', KEYS[1], sid)
     return false
   end
-  return true
+  return sid
 end
 
 -- An event whole in the site stream and, a job's, in its user's: cut there to
 -- user_maxlen only where the site stream names none of its entries (copies).
 local function add_whole(stream, eid, etype, json)
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
+  local sid = redis.call('XADD', KEYS[1], 'MAXLEN', '~', site_maxlen, '*',
+    'id', eid, 'type', etype, 'event', json)
   if stream == KEYS[1] then
-    return
+    return sid
   end
   if once then
     redis.call('XADD', stream, '*', 'id', eid, 'type', etype, 'event', json)
   else
     redis.call('XADD', stream, 'MAXLEN', '~', user_maxlen, '*', 'id', eid, 'type', etype, 'event', json)
   end
+  return sid
 end
 
 -- pass 2: write
@@ -128,8 +130,9 @@ for i = 1, n do
     local eid, json = ARGV[p + 7], ARGV[p + 9]
     events = events + 1
     -- a node's or a queue's event is the site stream's own (stream is KEYS[1])
-    if not (once and stream ~= KEYS[1] and add_named(stream, eid, etype, json)) then
-      add_whole(stream, eid, etype, json)
+    local sid = once and stream ~= KEYS[1] and add_named(stream, eid, etype, json)
+    if not sid then
+      sid = add_whole(stream, eid, etype, json)
     end
     if stream ~= KEYS[1] and not touched[stream] then
       touched[stream] = true
@@ -149,9 +152,8 @@ for i = 1, n do
         redis.call('EXPIRE', key, ttl)
         redis.call('ZADD', KEYS[4], expires_at, oid)
         if user ~= '' then
-          if not ended_ms then  -- Redis' clock, as the streams' ids are
-            local t = redis.call('TIME')
-            ended_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+          if not ended_ms then  -- the time of the batch's first final's stream id
+            ended_ms = tonumber(string.match(sid, '^%d+'))
           end
           redis.call('ZADD', finished, ended_ms, oid)
           if not touched[finished] then

@@ -13,7 +13,7 @@ import redis
 
 from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
-from jobtap.schema import PACKED_NATIVE, native_of
+from jobtap.packing import NATIVE_FIELDS, native_read
 from jobtap.workers.service import run_worker
 from sim.rig.paths import FAKE_BIN
 
@@ -43,8 +43,7 @@ def final_record(r: redis.Redis, site: str, event: dict) -> dict:
     so its ``native`` is the final's, kept packed (``None`` once the hash has
     expired)."""
     key = SiteKeys(site).job(event["user"], event["object_id"])
-    plain, packed = r.hmget(key, "native", PACKED_NATIVE)
-    return {**event["record"], "native": native_of(plain, packed)}
+    return {**event["record"], "native": native_read(r.hmget(key, NATIVE_FIELDS))}
 
 
 def meta(r: redis.Redis, site: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ import sys
 import orjson
 
 from jobtap.keys import SiteKeys
-from jobtap.schema import PACKED_NATIVE, unpack_native
+from jobtap.packing import PRIMED_NATIVE, unpack_native
 from jobtap.sim.localredis import free_port
 from sim.rig.paths import FAKE_BIN, fixtures_dir
 from sim.rig.pipeline import site_events
@@ -158,7 +158,7 @@ def test_flux_collector_through_the_standin(redis_server, r, tmp_path):
     assert len(finals) >= 19
     # a finished job's native record: packed by default, plain when the worker is told
     ended = r.hgetall(SiteKeys("cli4").job(finals[0]["user"], finals[0]["object_id"]))
-    assert ended[b"native"] == b"" and unpack_native(ended[PACKED_NATIVE.encode()])
+    assert ended[b"native"] == b"" and unpack_native(ended[PRIMED_NATIVE.encode()], ended)
     for site, told in (("cli5", ["--plain-finished-native"]), ("cli6", [])):
         res = run_jobtap("collector", "--once", "--backend", "flux", "--flux",
                          str(FAKE_BIN / "flux"), "--redis", redis_server.url, "--site", site,
@@ -170,7 +170,7 @@ def test_flux_collector_through_the_standin(redis_server, r, tmp_path):
         assert res.returncode == 0, res.stderr
         final = next(e for e in site_events(r, site) if e["type"] == "final")
         ended = r.hgetall(SiteKeys(site).job(final["user"], final["object_id"]))
-        assert PACKED_NATIVE.encode() not in ended and orjson.loads(ended[b"native"]), site
+        assert PRIMED_NATIVE.encode() not in ended and orjson.loads(ended[b"native"]), site
 
 
 def test_metrics_port_in_use_is_one_line(redis_server):

@@ -12,7 +12,15 @@ from jobtap.collector.backends.slurm import normalise_job, parse_squeue
 from jobtap.contract.chunk import Chunk
 from jobtap.entries import xrange_events
 from jobtap.keys import SiteKeys
-from jobtap.schema import PACKED_NATIVE, decode_value, from_hash, unpack_native
+from jobtap.packing import (
+    NATIVE_FIELDS,
+    PACKED_NATIVE,
+    PRIMED_NATIVE,
+    native_read,
+    pack_zlib,
+    unpack_native,
+)
+from jobtap.schema import decode_value, from_hash
 from jobtap.workers.apply import Applier, Settings
 from sim.rig.paths import fixtures_dir
 from sim.rig.records import job_record, node_record
@@ -119,11 +127,13 @@ def test_nodes_events_leave_native_out_too(r):
 
 
 def test_a_finished_job_keeps_its_native_record_packed(r):
-    """The final write packs the native record (native_z: zlib, then base64,
-    text like every value) and empties ``native``; a live job's stays plain
-    JSON, which the next diff reads; the contract's reader gives the record of
-    before; a reader older than native_z finds no native record, not bytes it
-    cannot parse; a job first seen ended is packed in its one write."""
+    """The final write packs the native record (native_zd: zlib primed with
+    native dictionary 1 and the hash's own fields, then base64, text like every
+    value) and empties ``native``; a live job's stays plain JSON, which the next
+    diff reads; the contract's readers (the whole hash, or HMGET of
+    NATIVE_FIELDS) give the record of before; a reader older than native_zd
+    finds no native record, not bytes it cannot parse; a job first seen ended is
+    packed in its one write."""
     native = {"job_state": "F", "Exit_status": "0", "Variable_List": "PATH=/usr/bin," * 40}
     a = Applier(r)
     a.apply(chunk(1, [up(job(state="running", native={"job_state": "R"}))]))
@@ -131,10 +141,13 @@ def test_a_finished_job_keeps_its_native_record_packed(r):
     assert orjson.loads(r.hget(key, "native")) == {"job_state": "R"}
     a.apply(chunk(2, [up(job(state="completed", exit_status=0, native=native))]))
     raw = r.hgetall(key)
-    packed = raw[PACKED_NATIVE.encode()]
+    packed = raw[PRIMED_NATIVE.encode()]
     assert raw[b"native"] == b"" and decode_value("native", raw[b"native"]) is None
-    assert packed.isascii() and len(packed) < len(orjson.dumps(native)) / 2
-    assert unpack_native(packed) == native == from_hash(raw)["native"]
+    assert PACKED_NATIVE.encode() not in raw
+    assert packed.isascii() and packed.startswith(b"1:")
+    assert len(packed) < len(orjson.dumps(native)) / 2
+    assert unpack_native(packed, raw) == native == from_hash(raw)["native"]
+    assert native_read(r.hmget(key, NATIVE_FIELDS)) == native
     (final,) = [e for e in events(r) if e["type"] == "final"]
     assert "Exit_status" in final["native_changed"]  # named as before packing
     a.apply(chunk(3, [up(job("2.pbs", state="failed", exit_status=1, native=native))]))
@@ -150,9 +163,9 @@ SLURM_RELEASES = sorted(
 @pytest.mark.parametrize("release", SLURM_RELEASES)
 def test_every_captured_slurm_record_comes_back_from_its_packed_form(r, release):
     """Real records, the largest a site writes (squeue --json of every release,
-    2-7 KB): each ended job's hash holds a packed native record smaller than
-    half the plain one, and the contract's reader gives the record back key for
-    key."""
+    2-7 KB, most of them from releases native dictionary 1 was not made from):
+    each ended job's hash holds a packed native record under 0.3 of the plain
+    one, and the contract's reader gives the record back key for key."""
     natives: dict = {}
     for path in sorted((fixtures_dir() / "slurm" / release).glob("squeue-[0-9]*.json")):
         natives.update(parse_squeue(path.read_bytes()))
@@ -165,7 +178,7 @@ def test_every_captured_slurm_record_comes_back_from_its_packed_form(r, release)
     for it in items:
         raw = r.hgetall(K.job(it["record"]["user"], it["id"]))
         plain = orjson.dumps(it["record"]["native"])
-        assert raw[b"native"] == b"" and len(raw[PACKED_NATIVE.encode()]) < len(plain) * 0.7
+        assert raw[b"native"] == b"" and len(raw[PRIMED_NATIVE.encode()]) < len(plain) * 0.3
         assert from_hash(raw)["native"] == it["record"]["native"], it["id"]
 
 
@@ -174,14 +187,47 @@ def test_a_worker_told_so_keeps_a_finished_jobs_native_record_plain(r):
     a = Applier(r, Settings(pack_finished_native=False))
     a.apply(chunk(1, [up(job(state="completed", exit_status=0))]))
     raw = r.hgetall(K.job("alice", "1.pbs"))
-    assert PACKED_NATIVE.encode() not in raw
+    assert PACKED_NATIVE.encode() not in raw and PRIMED_NATIVE.encode() not in raw
     assert orjson.loads(raw[b"native"]) == job(state="completed")["native"]
+
+
+def test_a_hash_packed_before_native_dictionaries_still_reads(r):
+    """A site's finished hashes written before native_zd hold native_z (zlib
+    alone) for the retention after the upgrade: both readers still read them."""
+    native = {"job_state": "F", "Exit_status": 0}
+    Applier(r, Settings(pack_finished_native=False)).apply(
+        chunk(1, [up(job(state="completed", exit_status=0, native=native))])
+    )
+    key = K.job("alice", "1.pbs")
+    r.hset(key, mapping={"native": "", PACKED_NATIVE: pack_zlib(orjson.dumps(native).decode())})
+    assert from_hash(r.hgetall(key))["native"] == native
+    assert native_read(r.hmget(key, NATIVE_FIELDS)) == native
+
+
+def test_a_packed_native_record_is_read_with_the_fields_it_was_packed_with(r):
+    """The dictionary ends with the hash's own fields, which a finished job
+    never changes again: the same hash reads back; one of them edited by hand
+    makes the record unreadable, said in one line, not another record."""
+    Applier(r).apply(chunk(1, [up(job(state="completed", exit_status=0))]))
+    key = K.job("alice", "1.pbs")
+    assert from_hash(r.hgetall(key))["native"] == job(state="completed")["native"]
+    r.hset(key, "comment", "edited by hand")
+    with pytest.raises(ValueError, match=r"^native_zd is not a packed native record: "):
+        from_hash(r.hgetall(key))
 
 
 def test_a_packed_native_record_that_is_not_one_is_a_clear_error(r):
     a = Applier(r)
     a.apply(chunk(1, [up(job(state="completed", exit_status=0))]))
     key = K.job("alice", "1.pbs")
+    for bad in (b"1:not base64!", b"1:bm90IHpsaWI=", b"bm90IHpsaWI="):  # no dictionary named
+        r.hset(key, PRIMED_NATIVE, bad)
+        with pytest.raises(ValueError, match=r"^native_zd is not a packed native record: "):
+            from_hash(r.hgetall(key))
+    r.hset(key, PRIMED_NATIVE, b"9:bm90IHpsaWI=")  # from a jobtap that knows dictionary 9
+    with pytest.raises(ValueError, match=r"^no native dictionary '9' \(a newer jobtap"):
+        from_hash(r.hgetall(key))
+    r.hdel(key, PRIMED_NATIVE)
     for bad in (b"not base64!", b"bm90IHpsaWI="):  # not base64; base64 of "not zlib"
         r.hset(key, PACKED_NATIVE, bad)
         with pytest.raises(ValueError, match=r"^native_z is not a packed native record: "):
