@@ -55,7 +55,8 @@ def resolve(
     an entry deleted from the stream does.
 
     ``run``: ``items`` are a run of the site stream, every entry between the
-    first and the last (what ``XREAD``, ``XREADGROUP >`` and a scan's page read):
+    first and the last, in the stream's order or its reverse (what ``XREAD``,
+    ``XREADGROUP >`` and a scan's ``XREVRANGE`` page read):
     then one ``XRANGE`` per stream named, over the ids they span, which a user's
     stream, holding no entry the site stream lacks, answers with the run's
     events and nothing more.  Otherwise (a consumer's pending or claimed
@@ -67,10 +68,8 @@ def resolve(
         return out
     pipe = r.pipeline(transaction=False)
     reads: list[str] = []
-    if run:
-        span = [parse_sid(out[i][0]) for i, _ in named]
-        (low_ms, low_seq), (high_ms, high_seq) = min(span), max(span)
-        low, high = f"{low_ms}-{low_seq}", f"{high_ms}-{high_seq}"
+    if run:  # in the stream's order or its reverse: the ends span them all
+        low, high = sorted((out[named[0][0]][0], out[named[-1][0]][0]), key=parse_sid)
         reads = list(dict.fromkeys(key for _, key in named))
         for key in reads:
             pipe.xrange(key, min=low, max=high)
