@@ -89,7 +89,9 @@ def dictionary(version: str = DICTIONARY) -> dict[str, bytes]:
     if there is none, or if its file is not the one released."""
     digest = _DIGESTS.get(version)
     if digest is None:
-        raise ValueError(f"no native dictionary {version!r} (a newer jobtap packed this record)")
+        raise ValueError(
+            f"no native dictionary {version[:20]!r} (a newer jobtap packed this record)"
+        )
     raw = files(__package__).joinpath("schemas", f"native-dictionary-{version}.json").read_bytes()
     if hashlib.sha256(raw).hexdigest() != digest:
         raise ValueError(

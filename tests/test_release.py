@@ -151,6 +151,8 @@ def test_the_wheel_holds_jobtap_and_the_discovery_shims_with_their_data(dists):
         "jobtap/py.typed",
         "jobtap/schemas/event.schema.json",
         "jobtap/schemas/event.avsc",
+        # what a finished job's packed native record is read with (jobtap.packing)
+        "jobtap/schemas/native-dictionary-1.json",
         "jobtap/workers/apply.lua",
         "jobtap/contract/epoch.lua",
         # run as a file by `flux python` (collector/backends/flux.py READER_PATH)
