@@ -6,7 +6,7 @@ most of a hash kept for the retention (two days).  So a job's final write keeps
 it packed, beside an empty ``native``:
 
 - :data:`PRIMED_NATIVE` (``native_zd``, what workers write): ``1:`` then the
-  base64 of the record's JSON deflated (zlib, level 6) with a preset dictionary:
+  base64 of the record's JSON packed by zlib (level 6) with a preset dictionary:
   the hash's scheduler's part of native dictionary ``1`` (the skeleton of that
   scheduler's job records: its keys in the order it writes them, with the short
   values that recur from job to job), then the values of the hash's own fields
@@ -81,6 +81,10 @@ NATIVE_FIELDS: tuple[str, ...] = (
 whichever form it is in (:func:`native_read`)."""
 
 _LEVEL = 6
+# The zlib format, not raw deflate: its header names the dictionary (its Adler-32)
+# and its trailer checks what came out, 10 bytes that make a hash whose fields
+# were edited since an error rather than another record.
+_WBITS = 15
 
 
 @cache
@@ -121,7 +125,7 @@ def pack_native(text: str, fields: Mapping[str, str]) -> str:
     """The :data:`PRIMED_NATIVE` value of a native record's JSON ``text`` in a
     job hash whose fields, once written, are ``fields`` (its scheduler and
     :data:`PRIMER_FIELDS` are read from them)."""
-    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15, zdict=_primer(fields, DICTIONARY))
+    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, zdict=_primer(fields, DICTIONARY))
     packed = packer.compress(text.encode()) + packer.flush()
     return f"{DICTIONARY}:{base64.b64encode(packed).decode('ascii')}"
 
@@ -135,7 +139,7 @@ def unpack_native(raw: str | bytes, fields: Mapping[Any, Any]) -> Any:
     if not colon:
         raise ValueError(f"{PRIMED_NATIVE} is not a packed native record: no dictionary named")
     try:
-        unpacker = zlib.decompressobj(-15, zdict=_primer(fields, version))
+        unpacker = zlib.decompressobj(_WBITS, zdict=_primer(fields, version))
         plain = unpacker.decompress(base64.b64decode(data, validate=True)) + unpacker.flush()
         if not unpacker.eof:
             raise zlib.error("truncated")
