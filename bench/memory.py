@@ -101,7 +101,7 @@ from jobtap.contract import chunk as contract
 from jobtap.contract.chunk import Chunk
 from jobtap.entries import EVENT
 from jobtap.keys import SiteKeys
-from jobtap.packing import PACKED_NATIVE, PRIMED_NATIVE, native_of
+from jobtap.packing import NATIVE_FORMS, native_of
 from jobtap.schema import BOOKKEEPING, JOB, NODE, QUEUE, TERMINAL
 from jobtap.sim import Simulation
 from jobtap.sim.localredis import RedisServer
@@ -571,7 +571,6 @@ def _held_twice(key: str, h: dict[str, bytes], user: str | None) -> dict[str, in
     return out
 
 
-NATIVE_FORMS = ("native", PRIMED_NATIVE, PACKED_NATIVE)  # the fields a native record is in
 LEAN_DROP = ("id", "site", "user", "scheduler", "native_state")
 
 

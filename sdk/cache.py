@@ -104,14 +104,15 @@ class Cache:
         return found
 
     # -- hashes -----------------------------------------------------------------------------
-    def read(self, refs: Sequence[Ref]) -> list[dict[str, Any] | None]:
-        """Decoded hashes of ``refs`` (``None`` for a missing key), pipelined."""
+    def read(self, refs: Sequence[Ref], *, native: bool = True) -> list[dict[str, Any] | None]:
+        """Decoded hashes of ``refs`` (``None`` for a missing key), pipelined;
+        ``native=False``: without their native records (``from_hash``)."""
         out: list[dict[str, Any] | None] = []
         for start in range(0, len(refs), PIPELINE_BATCH):
             pipe = self.r.pipeline(transaction=False)
             for ref in refs[start : start + PIPELINE_BATCH]:
                 pipe.hgetall(key_of(self.site, ref))
-            out.extend(decode_hash(raw) if raw else None for raw in pipe.execute())
+            out.extend(decode_hash(raw, native=native) if raw else None for raw in pipe.execute())
         return out
 
     def job(self, job_id: str, user: str | None = None, hints: Sequence[str] = ()) -> Job | None:
@@ -121,17 +122,29 @@ class Cache:
         raw = self.r.hgetall(self.keys.job(owner, job_id))
         return Job.from_hash(raw)
 
-    def natives(self, refs: Sequence[Ref]) -> list[dict[str, Any] | None]:
+    def natives(
+        self, refs: Sequence[Ref], *, damaged_as_none: bool = False
+    ) -> list[dict[str, Any] | None]:
         """The ``native`` field of each of ``refs``' hashes, decoded (``None`` for
         a missing key or field), pipelined: the scheduler's own record, which
-        events of format 2 leave out (see :mod:`jobtap.events`)."""
+        events of format 2 leave out (see :mod:`jobtap.events`).  A packed record
+        that cannot be read (a hash edited by hand) raises ``ValueError``, or,
+        with ``damaged_as_none`` (a stream joining records into its events: one
+        such hash must not stop it), is ``None`` with a warning naming it."""
         out: list[dict[str, Any] | None] = []
         for start in range(0, len(refs), PIPELINE_BATCH):
+            batch = refs[start : start + PIPELINE_BATCH]
             pipe = self.r.pipeline(transaction=False)
-            for ref in refs[start : start + PIPELINE_BATCH]:
+            for ref in batch:
                 pipe.hmget(key_of(self.site, ref), NATIVE_FIELDS)
-            for values in pipe.execute():
-                out.append(native_read(values))
+            for ref, values in zip(batch, pipe.execute(), strict=True):
+                try:
+                    out.append(native_read(values))
+                except ValueError as exc:
+                    if not damaged_as_none:
+                        raise
+                    log.warning("jobtap: %s: %s; given without it", key_of(self.site, ref), exc)
+                    out.append(None)
         return out
 
     def live_job_ids(self, user: str) -> list[str]:

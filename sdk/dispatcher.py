@@ -518,7 +518,8 @@ class Dispatcher:
             self._note_positions(feed, name, target)
             cache = self.caches[name]
             refs = self._site_call(name, partial(target.listing, cache))
-            records = self._site_call(name, partial(cache.read, refs))
+            # a change made from a hash leaves the native record out: not read
+            records = self._site_call(name, partial(cache.read, refs, native=False))
             initial += feed.snapshot(name, refs, records)
         feed.deliver_snapshot(initial)
 
@@ -618,7 +619,7 @@ class Dispatcher:
             refs[prefix] = ref
         order = list(refs)
         cache = self.caches[name]
-        records = self._site_call(name, lambda: cache.read([refs[p] for p in order]))
+        records = self._site_call(name, lambda: cache.read([refs[p] for p in order], native=False))
         return SiteReading(refs, dict(zip(order, records, strict=True)), missed)
 
     def _too_far(self, scans: dict[str, Scan]) -> str | None:
@@ -667,7 +668,7 @@ class Dispatcher:
                 refs.setdefault(p, ref)
         news = frozenset(object_prefix(name, ref.kind, ref.oid) for ref in ended)
         order = list(refs)
-        records = self._site_call(name, lambda: cache.read([refs[p] for p in order]))
+        records = self._site_call(name, lambda: cache.read([refs[p] for p in order], native=False))
         return refs, dict(zip(order, records, strict=True)), news
 
     def _scan_streams(self, feed: Feed, name: str, target: Target) -> dict[str, Scan]:

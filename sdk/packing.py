@@ -46,6 +46,8 @@ import orjson
 
 PRIMED_NATIVE = "native_zd"
 PACKED_NATIVE = "native_z"
+NATIVE_FORMS = ("native", PRIMED_NATIVE, PACKED_NATIVE)
+"""The fields a job hash may hold its native record in."""
 
 DICTIONARY = "1"
 """The native dictionary workers pack with (the prefix of their values)."""

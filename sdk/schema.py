@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from .errors import ConfigError
-from .packing import PACKED_NATIVE, PRIMED_NATIVE, native_of
+from .packing import NATIVE_FORMS, PACKED_NATIVE, PRIMED_NATIVE, native_of
 
 # Job states ---------------------------------------------------------------------
 QUEUED = "queued"
@@ -147,14 +147,17 @@ def decode_value(name: str, raw: str | bytes) -> Any:
     return raw
 
 
-def from_hash(raw: Mapping[str | bytes, str | bytes]) -> dict[str, Any]:
+def from_hash(raw: Mapping[str | bytes, str | bytes], *, native: bool = True) -> dict[str, Any]:
     """Decode an HGETALL reply into a record (the inverse of :func:`to_hash`;
     a finished job's packed native record unpacked into ``native``:
-    :mod:`jobtap.packing`)."""
+    :mod:`jobtap.packing`).  ``native=False`` leaves the native record out,
+    undecoded: a reader that drops it does not pay for it, nor fail on a hash
+    whose packed record was damaged."""
     out = {}
     for name, value in raw.items():
         key = name.decode() if isinstance(name, bytes) else name
-        out[key] = decode_value(key, value)
+        if native or key not in NATIVE_FORMS:
+            out[key] = decode_value(key, value)
     if PRIMED_NATIVE in out or PACKED_NATIVE in out:
         out["native"] = native_of(raw)
         out.pop(PRIMED_NATIVE, None)

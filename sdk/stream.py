@@ -358,7 +358,8 @@ class EventStream(Iterator[Change]):
         wanting = [c for c in changes if "native" not in c.event.get("record", {})]
         refs = [Ref(self.site.name, c.kind, c.object_id, c.user) for c in wanting]
         joined: dict[int, Change] = {}
-        for c, native in zip(wanting, Cache(self.site).natives(refs), strict=True):
+        natives = Cache(self.site).natives(refs, damaged_as_none=True)
+        for c, native in zip(wanting, natives, strict=True):
             event = {**c.event, "record": {**c.event.get("record", {}), "native": native}}
             joined[id(c)] = Change(c.id, c.type, c.version, event=event, stream_id=c.stream_id)
         return [joined.get(id(c), c) for c in changes]

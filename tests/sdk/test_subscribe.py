@@ -347,3 +347,33 @@ def test_large_events_arriving_in_pieces_do_not_break_the_link(redis_server, wri
     finally:
         client.close()
         proxy.close()
+
+
+def test_a_damaged_native_record_neither_stops_a_subscription_nor_is_read(
+    client, writer, r, caplog
+):
+    """Changes made from hashes leave the native record out, so a finished job's
+    packed record made unreadable (its hash edited by hand) is not even read:
+    the subscription delivers both jobs; asked for, that record is a one-line
+    error, and a stream joining native records gives it as None with a warning."""
+    writer.job("1.pbs")
+    writer.finish("1.pbs", exit_status=0)
+    writer.job("2.pbs")
+    key = K.job("alice", "1.pbs")
+    assert r.hget(key, "native_zd")
+    r.hset(key, "comment", "edited by hand")
+    rec = Recorder()
+    client.subscribe(rec, jobs=["1.pbs", "2.pbs"])
+    rec.wait_count(2)
+    assert sorted((c.object_id, c.record.state) for c in rec.changes) == [
+        ("1.pbs", "completed"), ("2.pbs", "queued"),
+    ]  # fmt: skip
+    assert [c.record.comment for c in rec.changes if c.object_id == "1.pbs"] == ["edited by hand"]
+    with pytest.raises(ValueError, match=r"^native_zd is not a packed native record: "):
+        client.native("1.pbs")
+    assert client.native("2.pbs") == writer.jobs["2.pbs"]["native"]
+    with caplog.at_level(logging.WARNING, logger="jobtap"):
+        got = list(client.stream(since="0", idle_timeout=0.3, native=True))
+    by_job = {c.object_id: c.event["record"]["native"] for c in got}
+    assert by_job == {"1.pbs": None, "2.pbs": writer.jobs["2.pbs"]["native"]}
+    assert f"jobtap: {key}: native_zd is not a packed native record" in caplog.text
