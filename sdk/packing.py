@@ -11,9 +11,9 @@ it packed, beside an empty ``native``:
   scheduler's job records: its keys in the order it writes them, with the short
   values that recur from job to job), then the values of the hash's own fields
   that the native record repeats (:data:`PRIMER_FIELDS`: owner, name, queue,
-  times, resources...).  A PBS record packs to about a quarter of its JSON, a
-  Slurm one to a ninth (docs/performance.md, "A finished job's native record
-  packed with a dictionary").
+  times, resources...).  A PBS record packs to about 0.3 of its JSON, a Slurm
+  ``squeue --json`` one to 0.11-0.15 (docs/performance.md, "A finished job's
+  native record packed with a dictionary").
 - :data:`PACKED_NATIVE` (``native_z``, what workers wrote before, still read):
   zlib level 6 without a dictionary, then base64.
 

@@ -128,8 +128,8 @@ class Settings:
     # it from events.
     event_version: int = EVENT_VERSION
     # A finished job's native record kept packed (jobtap.packing): with its
-    # dictionary, 0.27 of its bytes for PBS, 0.11 for Slurm; readers before it
-    # see none.
+    # dictionary, about 0.3 of its bytes for PBS, 0.11-0.15 for Slurm; readers
+    # before it see none.
     pack_finished_native: bool = True
     # A job's event stored once, in its user's stream, the site stream naming it
     # (jobtap.entries): half the streams' memory; readers before it cannot read
