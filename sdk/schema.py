@@ -9,6 +9,7 @@ job's native record, which nothing diffs again and few read, is kept packed
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ import orjson
 
 from .errors import ConfigError
 from .packing import NATIVE_FORMS, PACKED_NATIVE, PRIMED_NATIVE, native_of
+
+log = logging.getLogger("jobtap.sdk")
 
 # Job states ---------------------------------------------------------------------
 QUEUED = "queued"
@@ -133,12 +136,21 @@ def to_hash(record: Mapping[str, Any]) -> dict[str, str]:
 
 
 def decode_value(name: str, raw: str | bytes) -> Any:
+    """A hash value as the record holds it.  A JSON field that holds no JSON (a
+    hash edited by hand) reads as empty, with a warning: one such value must not
+    stop a subscription's reads, nor the worker's diff, which then writes the
+    field again whole."""
     if isinstance(raw, bytes):
         raw = raw.decode()
     if raw == "":
         return None
     if name in JSON_FIELDS:
-        return orjson.loads(raw)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            log.warning("jobtap: a record's %s is not JSON (%s: %.40r): read as empty",
+                        name, exc, raw)  # fmt: skip
+            return None
     if name in INT_FIELDS:
         try:
             return int(raw)

@@ -688,7 +688,7 @@ def _changes(stored: dict[str, str], new: dict[str, str], record: dict[str, Any]
         if old == value or f in BOOKKEEPING:
             continue
         if f == "native":
-            a = orjson.loads(old) if old else {}
+            a = decode_value(f, old) if old else {}  # None if not JSON: written again
             b = record.get("native") or {}
             if not isinstance(a, dict) or not isinstance(b, dict):
                 out[f] = [a, b]

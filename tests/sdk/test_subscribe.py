@@ -377,3 +377,19 @@ def test_a_damaged_native_record_neither_stops_a_subscription_nor_is_read(
     by_job = {c.object_id: c.event["record"]["native"] for c in got}
     assert by_job == {"1.pbs": None, "2.pbs": writer.jobs["2.pbs"]["native"]}
     assert f"jobtap: {key}: native_zd is not a packed native record" in caplog.text
+
+
+def test_a_field_edited_to_garbage_is_read_as_empty_with_a_warning(client, writer, r, caplog):
+    """A hash whose JSON field holds no JSON (edited by hand) does not stop a
+    subscription: its record comes with that field empty, and a warning says
+    which field and what it held (it made subscribe() time out after 10 s,
+    blaming Redis, and the subscription thread fail again every 0.2 s)."""
+    writer.job("1.pbs")
+    writer.job("2.pbs")
+    r.hset(K.job("alice", "1.pbs"), "requested", "{not json")
+    rec = Recorder()
+    with caplog.at_level(logging.WARNING, logger="jobtap"):
+        client.subscribe(rec, jobs=["1.pbs", "2.pbs"])
+    got = {c.object_id: c.record.requested for c in rec.changes}
+    assert got == {"1.pbs": None, "2.pbs": writer.jobs["2.pbs"]["requested"]}
+    assert "a record's requested is not JSON" in caplog.text and "'{not json'" in caplog.text

@@ -441,3 +441,22 @@ def test_a_final_puts_the_job_in_its_users_finished_set_for_the_retention(r):
     r.zadd(finished, {"1.pbs": ended - 601_000})
     a.apply(chunk(3, [up(job(jid="2.pbs", state="failed", exit_status=1))]))
     assert r.zrange(finished, 0, -1) == [b"2.pbs"]
+
+
+def test_a_stored_field_edited_to_garbage_is_written_again_by_the_next_change(r, caplog):
+    """The diff reads a JSON field that holds no JSON (a hash edited by hand) as
+    empty, with a warning, and the change writes it again whole: the site's
+    changes of that job go on (it made the diff raise, and rq retry the chunk
+    for as long as the hash stayed so)."""
+    a = Applier(r)
+    a.apply(chunk(1, [up(job(state="running"))]))
+    key = K.job("alice", "1.pbs")
+    r.hset(key, mapping={"requested": "{not json", "native": "[garbage"})
+    with caplog.at_level(logging.WARNING, logger="jobtap"):
+        a.apply(chunk(2, [up(job(state="running", comment="after"))]))
+    last = events(r)[-1]
+    assert last["version"] == 2 and last["changes"]["requested"][0] is None
+    assert from_hash(r.hgetall(key))["requested"] == job()["requested"]
+    assert orjson.loads(r.hget(key, "native")) == job(state="running")["native"]
+    assert "a record's requested is not JSON" in caplog.text
+    assert "a record's native is not JSON" in caplog.text
