@@ -152,9 +152,9 @@ for i = 1, n do
         redis.call('EXPIRE', key, ttl)
         redis.call('ZADD', KEYS[4], expires_at, oid)
         if user ~= '' then
-          if not ended_ms then  -- the time of the batch's first final's stream id
-            ended_ms = tonumber(string.match(sid, '^%d+'))
-          end
+          -- scored by its final's own stream id (ms): a reader at a stream
+          -- position asks for the jobs that ended at or after it
+          ended_ms = tonumber(string.match(sid, '^%d+'))
           redis.call('ZADD', finished, ended_ms, oid)
           if not touched[finished] then
             touched[finished] = true
