@@ -3,6 +3,7 @@
     python -m bench.apply [--jobs 20000] [--chunk 500] [--rounds 3] [--metrics | --compare]
     python -m bench.apply --jobs 20000 --rounds 6 --against [REV]
     python -m bench.apply --jobs 20000 --rounds 4 --event-versions
+    python -m bench.apply --jobs 20000 --rounds 4 --each-byte-once
     python -m bench.apply --jobs 20000 --profile
     python -m bench.apply --jobs 20000 --rounds 4 --config-side "hash-max-listpack-value 8192"
 
@@ -35,6 +36,10 @@ whole record, ``jobtap worker --event-version 1``) and of format 2 (no native
 record, the default) the same way as ``--against``: on the same records, each
 on a redis-server of its own, rounds alternated ABBA; prints Redis CPU µs and
 worker CPU µs per change of each, the mean size of an event, and their ratios.
+
+``--each-byte-once``: the same for format-2 events as they were before they held
+each byte once (``RepeatingApplier``: the whole record less native, and
+``changes``) and as they are (the lean record and ``was``).
 
 ``--profile``: where Redis' time goes in a round of changes: ``INFO
 commandstats`` per change (the script's own commands counted inside
@@ -70,6 +75,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -77,6 +83,7 @@ from jobtap.collector.backends.pbs import normalise_job
 from jobtap.collector.ship import Shipper, chunked
 from jobtap.contract.chunk import Chunk
 from jobtap.entries import resolve
+from jobtap.events import NEW, Event, event_id, split_native
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
 from jobtap.workers.apply import Applier, Settings
@@ -199,6 +206,33 @@ class Side:
 
     applier: Callable
     server_args: list[str] = field(default_factory=list)
+
+
+class RepeatingApplier(Applier):
+    """This tree's apply step writing format-2 events as they were before they held
+    each byte once (fe177a0): the whole record less ``native`` (the envelope's
+    fields and the ``null``s in it again), and ``changes``, ``{attr: [old, new]}``,
+    in place of ``was``."""
+
+    def _event(self, **what: Any) -> Event:
+        changes, native_changed = split_native(what["changes"])
+        event: Event = {
+            "id": event_id(what["site"], what["epoch"], what["kind"], what["object_id"],
+                           what["version"]),
+            **{k: what[k] for k in ("site", "epoch", "kind", "type", "object_id", "user",
+                                    "version", "observed_at")},
+            "changes": changes,
+            "record": {k: v for k, v in what["record"].items() if k != "native"},
+            "event_version": 2,
+        }  # fmt: skip
+        if native_changed and what["type"] != NEW:
+            event["native_changed"] = native_changed
+        return event
+
+
+def each_byte_once(base: list[str]) -> dict[str, Side]:
+    """Format-2 events as they were (``RepeatingApplier``) and as they are."""
+    return {"repeating": Side(RepeatingApplier, base), "once": Side(Applier, base)}
 
 
 def event_versions(base: list[str]) -> dict[str, Side]:
@@ -420,6 +454,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="where Redis' CPU goes")
     ap.add_argument("--against", nargs="?", const=BEFORE, metavar="REV",
                     help=f"commit REV's apply step beside this one (default {BEFORE})")  # fmt: skip
+    ap.add_argument("--each-byte-once", action="store_true",
+                    help="format-2 events as before each byte once, and as they are")  # fmt: skip
     ap.add_argument("--event-versions", action="store_true",
                     help="events of format 1 and of format 2 side by side")  # fmt: skip
     ap.add_argument(
@@ -455,6 +491,11 @@ def main() -> None:
         sides = {"default": Side(Applier, base), "config": Side(Applier, base + config)}
         about = f"default = {base or 'redis-server as built'}, config = {base + config}"
         side_by_side(natives, args.chunk, args.rounds, sides, about)
+        return
+    if args.each_byte_once:
+        about = ("repeating: format-2 events as before each byte once (the whole record, "
+                 "changes), once: as they are (the lean record, was)")  # fmt: skip
+        side_by_side(natives, args.chunk, args.rounds, each_byte_once(base), about)
         return
     if args.event_versions:
         about = "format 1: events with the whole record, format 2: without the native record"

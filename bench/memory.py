@@ -90,7 +90,7 @@ from typing import Any
 
 import orjson
 
-from bench.apply import applier_at, config_args, redis_cpu
+from bench.apply import RepeatingApplier, applier_at, config_args, redis_cpu
 from bench.native_pack import ZlibNativeApplier
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import CycleReport, compare, normalise_many
@@ -149,6 +149,11 @@ SIDES: dict[str, Side] = {
     # (native_z), as every worker packed it before native_zd
     "format 2 + listpack + native_z": Side(
         Settings(), ("hash-max-listpack-value 8192",), applier=ZlibNativeApplier
+    ),
+    # the same with format-2 events as they were before they held each byte once:
+    # the whole record less native, and changes ({attr: [old, new]}) in place of was
+    "format 2 + listpack + repeating events": Side(
+        Settings(), ("hash-max-listpack-value 8192",), applier=RepeatingApplier
     ),
     # the same with each job event in both streams, as --copy-events writes it and
     # as every worker wrote before events were stored once (jobtap.entries)

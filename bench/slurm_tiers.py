@@ -77,6 +77,7 @@ from jobtap.collector.backends.slurm import SlurmBackend
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
 from jobtap.entries import xrange_events
+from jobtap.events import record_of
 from jobtap.keys import SiteKeys
 from jobtap.sim.localredis import RedisServer
 from sim.rig.slurm import CLUSTERS, hook_settings, is_read_rpc, rpc_stats, use
@@ -257,7 +258,7 @@ def check_delivered(r, work: Workload, deadline: float) -> list[str]:
         for job, (state, code) in work.short.items():
             evs = events.get(job, [])
             types = [e["type"] for e in evs]
-            last = evs[-1]["record"] if evs else {}
+            last = record_of(evs[-1]) if evs else {}
             if types.count("new") != 1 or types.count("final") != 1 or types[-1] != "final":
                 out.append(f"{job}: {types}")
             elif (last["state"], last["exit_status"]) != (state, code):
@@ -265,7 +266,7 @@ def check_delivered(r, work: Workload, deadline: float) -> list[str]:
         for job, minutes in work.limits.items():
             evs = events.get(job, [])
             want = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
-            if not evs or evs[-1]["record"]["requested"]["walltime"] != want:
+            if not evs or record_of(evs[-1])["requested"]["walltime"] != want:
                 out.append(f"{job}: time limit {want} missing")
         return out
 

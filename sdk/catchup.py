@@ -31,7 +31,7 @@ from typing import Any
 from .backfill import Entry
 from .cache import Ref
 from .entries import parse_sid
-from .events import FINAL, REMOVED, RESYNC
+from .events import FINAL, REMOVED, RESYNC, record_of
 from .records import Change, Missed
 from .schema import JOB
 from .sequence import VersionSequence
@@ -192,7 +192,7 @@ def plan_state(
     newest = skipped[-1] if skipped else None
     if newest is not None and newest.version > version:
         # written after the record was read: the event holds the newer record
-        record = {**newest.event["record"], "epoch": epoch, "version": newest.version}
+        record = {**record_of(newest.event), "epoch": epoch, "version": newest.version}
         record["final"] = 1 if newest.type == FINAL else 0
         version = newest.version
     if version <= base or version <= 0:

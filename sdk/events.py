@@ -27,20 +27,28 @@ hash form, strings keyed by field, and each change as JSON text).
 
 Two formats, told apart by ``event_version`` (:func:`format_of`):
 
-- **2** (``"event_version": 2``, what workers write by default): ``record`` is
-  the normalised record without ``native``, the scheduler's own record, which
-  is the larger half of a job's record and stays in the object's hash
-  (``Client.native()``, ``jobtap show --native``, ``jobtap export --native``).
-  ``changes`` holds the normalised attributes that changed, ``[old, new]``;
-  the native keys that changed are named in ``native_changed`` (their values
-  are the native record's: in the hash), except in a ``new`` event, where
-  every key is new.
+- **2** (``"event_version": 2``, what workers write by default): each byte once.
+  ``record`` is the normalised record as of this version, less what the event
+  holds elsewhere or nobody asked for: not ``native``, the scheduler's own
+  record, which is the larger half of a job's record and stays in the object's
+  hash (``Client.native()``, ``jobtap show --native``, ``jobtap export
+  --native``); not the fields the event's envelope holds (``id`` is
+  ``object_id``, ``site``, ``user``, ``version``, ``updated_at`` is
+  ``observed_at``: :data:`ENVELOPE`); and not the fields without a value
+  (``null``).  ``was`` holds, for each normalised attribute that changed, the
+  value it had before: its new value is ``record``'s (absent there: ``null``).
+  A ``new`` event's ``was`` is empty: every field of its record is new.  The
+  native keys that changed are named in ``native_changed`` (their values are
+  the native record's: in the hash), except in a ``new`` event.
 - **1** (no ``event_version`` key; ``jobtap worker --event-version 1``): the
-  whole record, ``native`` included.  Readers take an event without
-  ``event_version`` as format 1.
+  whole record, ``native`` included, and ``changes``: ``{attr: [old, new]}``
+  for every attribute that changed, the native keys as ``native.KEY``.  Readers
+  take an event without ``event_version`` as format 1.
 
-The SDK reads both and gives the same :class:`~jobtap.records.Change` for
-either (its ``record`` never carries ``native``: see :mod:`jobtap.records`).
+:func:`record_of` and :func:`changes_of` give the whole normalised record and
+``{attr: [old, new]}`` of an event of either format; the SDK reads both and
+gives the same :class:`~jobtap.records.Change` for either (its ``record`` never
+carries ``native``: see :mod:`jobtap.records`).
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ from typing import Any, NotRequired, TypedDict
 
 import orjson
 
-from .schema import JOB, to_hash
+from .schema import BOOKKEEPING, FIELDS, JOB, to_hash
 
 # Change types.  The workers write the first five into events; a subscription
 # also delivers the last two, which it makes itself from the cache.
@@ -86,8 +94,9 @@ class Event(TypedDict):
     user: str | None
     version: int
     observed_at: str
-    changes: dict[str, list[Any]]
+    changes: NotRequired[dict[str, list[Any]]]  # format 1: attr -> [old, new]
     record: dict[str, Any]
+    was: NotRequired[dict[str, Any]]  # format 2: attr -> its value before
     event_version: NotRequired[int]  # absent: format 1
     native_changed: NotRequired[list[str]]  # format 2: the native keys that changed
 
@@ -98,11 +107,58 @@ def format_of(event: Mapping[str, Any]) -> int:
     return version
 
 
-def without_native(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``record`` without ``native``: the record of a format-2 event."""
-    out = dict(record)  # a copy, then a pop: about half the cost of a comprehension
+ENVELOPE: dict[str, str] = {
+    "id": "object_id",
+    "site": "site",
+    "user": "user",
+    "version": "version",
+    "updated_at": "observed_at",
+}
+"""The record's fields a format-2 event holds once, in its envelope: record
+field -> the event's key (``user`` a job's only)."""
+
+_NOT_IN_RECORD = frozenset({*ENVELOPE, "native"})
+
+
+def lean_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as a format-2 event carries it: without ``native``, the
+    envelope's fields (:data:`ENVELOPE`) and the fields without a value."""
+    return {k: v for k, v in record.items() if v is not None and k not in _NOT_IN_RECORD}
+
+
+def record_of(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalised record of ``event``, of either format, whole: every field
+    of its kind (``None`` where it has no value), the envelope's fields put back
+    (a format-1 event's record as it is, ``native`` included)."""
+    record: dict[str, Any] = event.get("record") or {}
+    if format_of(event) == 1:
+        return record
+    kind = event.get("kind", JOB)
+    out: dict[str, Any] = dict.fromkeys(FIELDS.get(kind, ()))
     out.pop("native", None)
+    out.update(record)
+    out["id"] = event.get("object_id")
+    out["site"] = event.get("site")
+    out["version"] = event.get("version")
+    out["updated_at"] = event.get("observed_at")
+    if kind == JOB:
+        out["user"] = event.get("user")
     return out
+
+
+def changes_of(event: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """``{attr: [old, new]}`` of ``event``, of either format: format 1's
+    ``changes``; format 2's ``was`` with the new values from its record (a
+    ``new`` event: every field with a value, ``[None, value]``, as format 1 has
+    them)."""
+    was: dict[str, Any] | None = event.get("was")
+    if was is None:
+        changes: dict[str, list[Any]] = event.get("changes") or {}
+        return changes
+    record = record_of(event)
+    if event.get("type") == NEW:
+        return {f: [None, v] for f, v in record.items() if v is not None and f not in BOOKKEEPING}
+    return {f: [old, record.get(f)] for f, old in was.items()}
 
 
 def object_prefix(site: str, kind: str, object_id: str) -> str:
@@ -169,38 +225,37 @@ def make_event(
     event_version: int = EVENT_VERSION,
 ) -> Event:
     """The event for ``version`` of an object in ``epoch`` (its id follows from
-    the rest), in format ``event_version``: 2 leaves ``native`` out of
-    ``record``; 1 is the event as it was before formats had numbers (the whole
-    record, no ``event_version`` key)."""
+    the rest), in format ``event_version`` (the module docstring): 2, each byte
+    once, from ``changes`` (``{attr: [old, new]}``, native keys as
+    ``native.KEY``) and the whole ``record``; 1 is the event as it was before
+    formats had numbers (the whole record, no ``event_version`` key)."""
     if event_version not in EVENT_VERSIONS:
         raise ValueError(f"event_version must be one of {EVENT_VERSIONS}, not {event_version!r}")
-    native_changed: list[str] = []
-    if event_version != 1:
-        changes, native_changed = split_native(changes)
+    eid = event_id(site, epoch, kind, object_id, version)
+    if event_version == 1:
+        return {
+            "id": eid, "site": site, "epoch": epoch, "kind": kind, "type": type,
+            "object_id": object_id, "user": user, "version": version,
+            "observed_at": observed_at, "changes": changes, "record": record,
+        }  # fmt: skip
+    lean, native_changed = split_native(changes)
     event: Event = {
-        "id": event_id(site, epoch, kind, object_id, version),
-        "site": site,
-        "epoch": epoch,
-        "kind": kind,
-        "type": type,
-        "object_id": object_id,
-        "user": user,
-        "version": version,
-        "observed_at": observed_at,
-        "changes": changes,
-        "record": record if event_version == 1 else without_native(record),
-    }
-    if event_version != 1:
-        event["event_version"] = event_version
-        if native_changed and type != NEW:
-            event["native_changed"] = native_changed
+        "id": eid, "site": site, "epoch": epoch, "kind": kind, "type": type,
+        "object_id": object_id, "user": user, "version": version,
+        "observed_at": observed_at, "event_version": event_version,
+        "was": {} if type == NEW else {name: pair[0] for name, pair in lean.items()},
+        "record": lean_record(record),
+    }  # fmt: skip
+    if native_changed and type != NEW:
+        event["native_changed"] = native_changed
     return event
 
 
 def split_native(changes: dict[str, list[Any]]) -> tuple[dict[str, list[Any]], list[str]]:
-    """``changes`` as format 2 carries them: the normalised attributes' ``[old,
-    new]``, and the names of the native keys that changed (``native.KEY``; ``*``
-    for a native record replaced whole), whose values stay in the hash."""
+    """``changes`` split as format 2 carries them: the normalised attributes'
+    ``[old, new]`` (whose old values go into ``was``), and the names of the
+    native keys that changed (``native.KEY``; ``*`` for a native record
+    replaced whole), whose values stay in the hash."""
     lean: dict[str, list[Any]] = {}
     named: list[str] = []
     for name, pair in changes.items():
@@ -229,15 +284,15 @@ def _load_schema(name: str) -> dict[str, Any]:
 
 
 def to_avro(event: Event | dict[str, Any]) -> dict[str, Any]:
-    """The event in the form of :func:`avro_schema`: ``record`` as its Redis
-    hash (every value a string; ``native`` there only in format 1), each change
-    ``[old, new]`` as JSON text, and ``event_version`` and ``native_changed``
-    always (1 and ``[]`` for an event without them, as the schema's defaults
-    read an older message)."""
-    return {
-        **event,
-        "changes": {k: orjson.dumps(v).decode() for k, v in event["changes"].items()},
-        "record": to_hash(event["record"]),
-        "event_version": format_of(event),
-        "native_changed": list(event.get("native_changed") or ()),
-    }
+    """The event in the form of :func:`avro_schema`, whatever its format: the
+    whole ``record`` (:func:`record_of`) as its Redis hash (every value a
+    string; ``native`` there only in format 1), each change ``[old, new]``
+    (:func:`changes_of`) as JSON text, and ``event_version`` and
+    ``native_changed`` always (1 and ``[]`` for an event without them, as the
+    schema's defaults read an older message)."""
+    out = {k: v for k, v in event.items() if k != "was"}
+    out["changes"] = {k: orjson.dumps(v).decode() for k, v in changes_of(event).items()}
+    out["record"] = to_hash(record_of(event))
+    out["event_version"] = format_of(event)
+    out["native_changed"] = list(event.get("native_changed") or ())
+    return out

@@ -115,7 +115,8 @@ class _Record:
         """Build from an event (``jobtap.events.Event``, either format): its
         ``record``, with ``final`` set when the event is the object's final one,
         and without ``native`` (see the module docstring)."""
-        return cls.from_record(event["record"], final=event.get("type") == ev.FINAL, native=False)
+        record = ev.record_of(event)
+        return cls.from_record(record, final=event.get("type") == ev.FINAL, native=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-able data (timestamps back to ISO-8601)."""
@@ -243,7 +244,7 @@ def natural_key(text: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
 
 
-_NOT_IN_EVENTS = frozenset({"cycle", "final", "epoch", "native"})
+_BOOKKEEPING = frozenset({"cycle", "final", "epoch"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +296,7 @@ class Change:
 
     __slots__ = (
         "id", "type", "version", "stream_id", "missed", "_event", "_json", "_record", "_final",
+        "_changes",
     )  # fmt: skip
 
     def __init__(
@@ -317,6 +319,7 @@ class Change:
         self._json = json
         self._record: Record | None = None
         self._final = final
+        self._changes: dict[str, list[Any]] | None = None
 
     # -- constructors -------------------------------------------------------------------
     @classmethod
@@ -351,9 +354,9 @@ class Change:
             "user": record.get("user") if kind == JOB else None,
             "version": version,
             "observed_at": record.get("updated_at"),
-            "changes": {},
-            "record": {k: v for k, v in record.items() if k not in _NOT_IN_EVENTS},
             "event_version": ev.EVENT_VERSION,
+            "was": {},
+            "record": ev.lean_record({k: v for k, v in record.items() if k not in _BOOKKEEPING}),
         }
         return cls(eid, etype, version, event=event, final=final)
 
@@ -397,8 +400,10 @@ class Change:
 
     @property
     def changes(self) -> dict[str, list[Any]]:
-        changes: dict[str, list[Any]] = self.event.get("changes") or {}
-        return changes
+        """``{attr: [old, new]}``, from either event format (``jobtap.events.changes_of``)."""
+        if self._changes is None:
+            self._changes = ev.changes_of(self.event)
+        return self._changes
 
     @property
     def native_changed(self) -> tuple[str, ...]:
@@ -437,7 +442,7 @@ class Change:
     def record(self) -> Record:
         if self._record is None:
             cls = RECORD_TYPES.get(self.kind, Job)
-            record = self.event.get("record") or {}
+            record = ev.record_of(self.event)
             self._record = cls.from_record(record, final=self.final, native=False)
         return self._record
 

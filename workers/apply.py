@@ -76,6 +76,7 @@ from jobtap.events import (
     REMOVED,
     STATE,
     UPDATE,
+    Event,
     make_event,
     object_key,
 )
@@ -474,7 +475,7 @@ class Applier:
         """One write of an object with its event (``record`` as of ``version``)."""
         keys, kind, oid, op = w.keys, w.chunk.kind, w.it["id"], w.it["op"]
         record = {**record, "version": version, "updated_at": w.chunk.observed_at}
-        event = make_event(
+        event = self._event(
             site=keys.site, epoch=w.epoch, kind=kind, type=etype, object_id=oid, user=w.user,
             version=version, observed_at=w.chunk.observed_at, changes=changes, record=record,
             event_version=self.settings.event_version,
@@ -494,6 +495,10 @@ class Applier:
             final="1" if final else "0", fields=fields, key=w.okey, index=index, stream=stream,
             finished=finished,
         )  # fmt: skip
+
+    def _event(self, **what: Any) -> Event:
+        """The event of one write (``jobtap.events.make_event``)."""
+        return make_event(**what)
 
     @staticmethod
     def _index(keys: SiteKeys, kind: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from jobtap.entries import xrange_events
+from jobtap.events import record_of
 from jobtap.schema import TERMINAL
 
 
@@ -143,7 +144,7 @@ def check_finals_against_truth(written: Written, sim, last_stat: float) -> int:
                         [e["id"] for e in evs])  # fmt: skip
         last = evs[-1]
         assert last["type"] == "final", (jid, "something after the last final", last["id"])
-        rec = last["record"]
+        rec = record_of(last)
         if truth.purged or rec["reason"] == "vanished":
             assert rec["state"] in ("unknown", truth.final_state), (jid, rec)
         else:

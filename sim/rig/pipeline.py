@@ -12,6 +12,7 @@ import orjson
 import redis
 
 from jobtap.entries import xrange_events
+from jobtap.events import changes_of, record_of
 from jobtap.keys import SiteKeys
 from jobtap.packing import NATIVE_FIELDS, native_read
 from jobtap.workers.service import run_worker
@@ -37,13 +38,20 @@ def site_events(r: redis.Redis, site: str) -> list[dict]:
     return [orjson.loads(f[b"event"]) for _, f in xrange_events(r, SiteKeys(site).events) if f]
 
 
+def whole_event(event: dict) -> dict:
+    """``event`` as a check reads it, whatever its format: its whole normalised
+    record (``jobtap.events.record_of``) and its ``changes``, ``{attr: [old,
+    new]}`` (``changes_of``)."""
+    return {**event, "record": record_of(event), "changes": changes_of(event)}
+
+
 def final_record(r: redis.Redis, site: str, event: dict) -> dict:
     """A job's ``final`` event's record with the job's native record, which
     events leave in the hash (format 2): a final's hash is not written again,
     so its ``native`` is the final's, kept packed (``None`` once the hash has
     expired)."""
     key = SiteKeys(site).job(event["user"], event["object_id"])
-    return {**event["record"], "native": native_read(r.hmget(key, NATIVE_FIELDS))}
+    return {**record_of(event), "native": native_read(r.hmget(key, NATIVE_FIELDS))}
 
 
 def meta(r: redis.Redis, site: str) -> dict[str, str]:
@@ -115,7 +123,7 @@ def check_against_truth(
             continue
         assert len(finals) == 1, (jid, [e["type"] for e in evs])
         assert evs[-1]["type"] == "final", (jid, "something after the final")
-        rec = finals[0]["record"]
+        rec = record_of(finals[0])
         if truth.purged:
             assert (rec["state"], rec["reason"]) == ("unknown", "vanished"), (jid, rec)
         else:

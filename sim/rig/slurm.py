@@ -22,10 +22,11 @@ from jobtap.collector.backends.base import StatError
 from jobtap.collector.backends.slurm import SlurmBackend, parse_sdiag_rpcs
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
+from jobtap.events import record_of
 from jobtap.keys import SiteKeys
 from jobtap.schema import TERMINAL
 from sim.rig.paths import ROOT
-from sim.rig.pipeline import drain, final_record, meta, site_events
+from sim.rig.pipeline import drain, final_record, meta, site_events, whole_event
 from sim.rig.procs import JOBTAP
 from sim.rig.wait import eventually
 
@@ -351,8 +352,10 @@ class Harness:
             raise AssertionError(f"no {what} ({e}); job events: {self.summary()}") from None
 
     def events(self, object_id: str | None = None, kind: str = "job") -> list[dict]:
+        """The site's events of ``object_id`` (all of ``kind``), read whole
+        (``whole_event``): a check reads every field whatever the format."""
         return [
-            e
+            whole_event(e)
             for e in site_events(self.r, SITE)
             if e["kind"] == kind and (object_id is None or e["object_id"] == object_id)
         ]
@@ -361,7 +364,7 @@ class Harness:
         """The job's observed states, consecutive repeats folded."""
         out: list[str] = []
         for e in self.events(job_id):
-            state = e["record"]["state"]
+            state = record_of(e)["state"]
             if not out or out[-1] != state:
                 out.append(state)
         return out
@@ -377,7 +380,7 @@ class Harness:
     def summary(self) -> dict[str, list]:
         out: dict[str, list] = {}
         for e in self.events():
-            rec = e["record"]
+            rec = record_of(e)
             out.setdefault(e["object_id"], []).append(
                 (e["type"], rec["state"], rec["exit_status"], rec["reason"])
             )

@@ -51,6 +51,7 @@ from jobtap.collector.backends.flux import (
 )
 from jobtap.collector.cycle import Collector, CycleFailed
 from jobtap.collector.fingerprint import fingerprint
+from jobtap.events import record_of
 from jobtap.keys import SiteKeys
 from jobtap.schema import JOB_FIELDS, JOB_STATES, NODE_FIELDS, QUEUE_FIELDS, TERMINAL, from_hash
 from sim.rig.paths import FAKES, ROOT, fixtures_dir
@@ -727,7 +728,7 @@ SITE = "flux1"
 def job_finals(events: list[dict]) -> dict[str, dict]:
     finals = [e for e in events if e["kind"] == "job" and e["type"] == "final"]
     assert Counter(e["object_id"] for e in finals).most_common(1)[0][1] == 1  # once each
-    return {e["object_id"]: e["record"] for e in finals}
+    return {e["object_id"]: record_of(e) for e in finals}
 
 
 def check_versions(events: list[dict]) -> dict[str, list[dict]]:

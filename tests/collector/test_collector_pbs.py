@@ -10,6 +10,7 @@ import pytest
 
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
+from jobtap.events import record_of
 from jobtap.keys import SiteKeys
 from jobtap.schema import from_hash
 from sim.rig.pipeline import drain, meta, site_events
@@ -42,7 +43,7 @@ def test_stages_to_final_records(pbs, r):
         "5.vm": ("cancelled", None), "6.vm": ("cancelled", None), "7.vm": ("completed", 0),
     }  # fmt: skip
     for jid, (state, code) in expect.items():
-        rec = finals[jid]["record"]
+        rec = record_of(finals[jid])
         assert (rec["state"], rec["exit_status"]) == (state, code), jid
     # versions per job are 1, 2, 3... and ids never repeat
     by_job: dict[str, list[int]] = {}

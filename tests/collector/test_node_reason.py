@@ -16,6 +16,7 @@ import pytest
 from jobtap.collector.backends.base import PokedReads
 from jobtap.collector.backends.pbs import normalise_job, normalise_node, normalise_queue
 from jobtap.collector.cycle import Collector
+from jobtap.events import changes_of, record_of
 from sim.rig.paths import fixtures_dir
 from sim.rig.pipeline import drain, site_events
 
@@ -82,11 +83,11 @@ def test_bad_node_names_itself_in_running_jobs(scripted, r):
     node = [(e["type"], e["record"]["state"]) for e in events if e["kind"] == "node"]
     assert node == [("new", "busy"), ("state", "offline"), ("state", "free")]
     running = [e for e in events if e["object_id"] == "1.vm"]
-    assert [(e["type"], e["record"]["reason"]) for e in running] == [
+    assert [(e["type"], record_of(e)["reason"]) for e in running] == [
         ("new", None),
         ("update", "node vm offline: bad DIMM"),
         ("update", None),
     ]
-    assert running[1]["changes"]["reason"] == [None, "node vm offline: bad DIMM"]
+    assert changes_of(running[1])["reason"] == [None, "node vm offline: bad DIMM"]
     # the queued job on no node is untouched
     assert [e["type"] for e in events if e["object_id"] == "3.vm"] == ["new"]

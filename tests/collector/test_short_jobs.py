@@ -15,6 +15,7 @@ import time
 from jobtap.collector.backends.flux import decode_jobid, encode_f58
 from jobtap.collector.cycle import Collector
 from jobtap.collector.plan import PROBE, RECONCILE
+from jobtap.events import record_of
 from jobtap.schema import TERMINAL
 from sim.rig.paths import FAKES, fixtures_dir
 from sim.rig.pipeline import FakePBS, drain, site_events
@@ -36,7 +37,7 @@ def events_by_job(r) -> dict[str, list[dict]]:
 
 def assert_new_then_final(events: list[dict], state: str, exit_status: int | None) -> None:
     assert [(e["type"], e["version"]) for e in events] == [("new", 1), ("final", 2)]
-    record = events[-1]["record"]
+    record = record_of(events[-1])
     assert (record["state"], record["exit_status"]) == (state, exit_status)
 
 

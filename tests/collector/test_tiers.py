@@ -16,6 +16,7 @@ from jobtap.collector.cycle import Collector, CycleFailed
 from jobtap.collector.follow.budget import LISTING, SINGLES, ReadBudget
 from jobtap.collector.plan import PROBE, PUSHED, RECONCILE, ObservationPlan
 from jobtap.collector.service import CollectorService
+from jobtap.events import changes_of
 from jobtap.keys import SiteKeys
 from jobtap.sim import SimBackend
 from sim.rig.pipeline import check_against_truth, drain, meta, site_events
@@ -125,7 +126,7 @@ def test_a_change_the_probe_cannot_see_is_found_by_the_next_reconciliation(r):
     drain(r, SITE)
     assert rep.tier == PROBE
     # the marker's change, made after the hidden one, arrived; the hidden one did not
-    assert [e["changes"].get("comment") for e in job_events(r, marker)][-1][1] == (
+    assert [changes_of(e).get("comment") for e in job_events(r, marker)][-1][1] == (
         "a change qselect sees"
     )
     assert [e["type"] for e in job_events(r, hidden)] == ["new"]
@@ -135,7 +136,7 @@ def test_a_change_the_probe_cannot_see_is_found_by_the_next_reconciliation(r):
     assert rep.tier == RECONCILE
     last = job_events(r, hidden)[-1]
     assert last["type"] == "update"
-    assert last["changes"]["comment"][1] == "changed without moving mtime"
+    assert changes_of(last)["comment"][1] == "changed without moving mtime"
 
 
 def test_a_clock_skew_past_the_overlap_is_caught_by_the_reconciliation(r):
@@ -215,7 +216,7 @@ def test_follow_mode_refreshes_poked_jobs_without_a_full_listing(r):
     rep = col.refresh([job])
     drain(r, SITE)
     assert rep.costs["stat"][0] == 1 and rep.counts["changed"] == 1
-    assert job_events(r, job)[-1]["changes"]["comment"][1] == "poked"
+    assert changes_of(job_events(r, job)[-1])["comment"][1] == "poked"
 
 
 def test_meta_and_status_say_which_tier_ran_and_what_it_cost(r, redis_server):
@@ -279,7 +280,7 @@ def test_a_pushed_plan_lists_no_job_between_reconciliations(r, redis_server):
     assert (m["last_tier"], m["pushed_last_commands"], m["pushed_last_jobs"]) == (PUSHED, "0", "0")
     svc.collector.refresh([poked])
     drain(r, SITE)  # everything shipped so far is applied
-    assert job_events(r, poked)[-1]["changes"]["comment"][1] == "poked"
+    assert changes_of(job_events(r, poked)[-1])["comment"][1] == "poked"
     assert [e["type"] for e in job_events(r, unpoked)] == ["new"]
     out = CliRunner().invoke(status, ["--redis", redis_server.url, "--site", SITE]).output
     pushed_line = next(line for line in out.splitlines() if "pushed" in line)
@@ -290,7 +291,7 @@ def test_a_pushed_plan_lists_no_job_between_reconciliations(r, redis_server):
     assert svc.run_one()
     drain(r, SITE)
     assert meta(r, SITE)["last_tier"] == RECONCILE
-    assert job_events(r, unpoked)[-1]["changes"]["comment"][1] == "no hook saw this"
+    assert changes_of(job_events(r, unpoked)[-1])["comment"][1] == "no hook saw this"
 
 
 def test_without_its_probe_command_the_collector_stats_every_job(tmp_path, monkeypatch, r):
@@ -471,7 +472,7 @@ def test_follow_mode_pays_a_listing_at_what_it_cost_and_the_reconciliation_too(r
     assert col.reads.delay(jobs[:1]) == pytest.approx(wait) and backend.asked == 2
     drain(r, SITE)
     for job in jobs:
-        assert [e["changes"].get("comment") for e in job_events(r, job)][-1][1] == "poked"
+        assert [changes_of(e).get("comment") for e in job_events(r, job)][-1][1] == "poked"
 
 
 class CountingSim(SimBackend):
@@ -519,7 +520,7 @@ def test_a_pushed_refresh_reads_a_burst_of_poked_jobs_from_one_listing(r):
     assert col.reads.delay(jobs) > 0  # spent: the next pokes wait
     drain(r, SITE)
     for job in jobs:
-        assert [e["changes"].get("comment") for e in job_events(r, job)][-1][1] == "poked"
+        assert [changes_of(e).get("comment") for e in job_events(r, job)][-1][1] == "poked"
     polled = collector(r, CountingSim(seed=10, nodes=10, jobs=100, tick=0), pushed=False)
     assert polled.reads.delay(jobs) == 0.0
 

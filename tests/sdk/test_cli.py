@@ -153,7 +153,7 @@ def test_watch_all_as_json(cli, writer):
     assert [(e["type"], e["object_id"]) for e in events] == [
         ("initial", "1.pbs"), ("new", "2.pbs"), ("new", "n1"),
     ]  # fmt: skip
-    assert events[1]["record"]["user"] == "bob"
+    assert events[1]["user"] == "bob"
 
 
 def test_watch_needs_something_to_watch(cli):

@@ -11,6 +11,7 @@ import pytest
 from jobtap.collector.backends.slurm import normalise_job, parse_squeue
 from jobtap.contract.chunk import Chunk
 from jobtap.entries import xrange_events
+from jobtap.events import ENVELOPE, changes_of, record_of
 from jobtap.keys import SiteKeys
 from jobtap.packing import (
     NATIVE_FIELDS,
@@ -59,8 +60,9 @@ def test_new_update_state_final_versions_and_keys(r):
     epoch = r.hget(K.meta, "epoch").decode()
     assert [e["id"] for e in evs] == [f"{SITE}:{epoch}:1.pbs:{v}" for v in (1, 2, 3, 4)]
     assert {e["epoch"] for e in evs} == {epoch}
-    assert evs[1]["changes"] == {"comment": [None, "hello"]}
-    assert evs[2]["changes"]["state"] == ["queued", "running"]
+    assert evs[1]["was"] == {"comment": None} and evs[1]["record"]["comment"] == "hello"
+    assert changes_of(evs[1]) == {"comment": [None, "hello"]}
+    assert evs[2]["was"]["state"] == "queued" and evs[2]["record"]["state"] == "running"
     assert evs[2]["native_changed"] == ["job_state"]  # named; its values are in the hash
     assert evs[3]["record"]["exit_status"] == 0
     # the user's stream holds the same events; the hash holds the last record
@@ -74,25 +76,35 @@ def test_new_update_state_final_versions_and_keys(r):
 
 FORMAT_1_KEYS = ["id", "site", "epoch", "kind", "type", "object_id", "user", "version",
                  "observed_at", "changes", "record"]  # fmt: skip
+FORMAT_2_KEYS = ["id", "site", "epoch", "kind", "type", "object_id", "user", "version",
+                 "observed_at", "event_version", "was", "record"]  # fmt: skip
 
 
-def test_events_leave_the_native_record_in_the_hash(r):
-    """Format 2, the default: no native in the event's record nor in its
-    changes; the native keys that changed named in native_changed (not in a new
-    event, where every key is new); the whole native record in the hash."""
+def test_events_hold_each_byte_once(r):
+    """Format 2, the default: the record without native (the whole native record
+    stays in the hash), without the envelope's fields and without the fields
+    that have no value; was holds the changed attributes' values before (their
+    new values are the record's); the native keys that changed named in
+    native_changed (not in a new event, where every key is new)."""
     a = Applier(r)
     a.apply(chunk(1, [up(job())]))
     a.apply(chunk(2, [up(job(state="running", native={"job_state": "R", "Job_Owner": "x@vm"}))]))
     for key in (K.events, K.user_events("alice")):
         evs = events(r, key)
         assert [e["event_version"] for e in evs] == [2, 2]
-        assert list(evs[0]) == [*FORMAT_1_KEYS, "event_version"]
-        assert list(evs[1]) == [*FORMAT_1_KEYS, "event_version", "native_changed"]
-        assert all("native" not in e["record"] for e in evs)
-        assert not any(k.startswith("native.") for e in evs for k in e["changes"])
-        assert evs[1]["changes"] == {"state": ["queued", "running"], "native_state": ["Q", "R"]}
+        assert list(evs[0]) == FORMAT_2_KEYS
+        assert list(evs[1]) == [*FORMAT_2_KEYS, "native_changed"]
+        for e in evs:
+            assert not set(e["record"]) & {"native", *ENVELOPE}
+            assert None not in e["record"].values()
+            assert not any(k == "native" or k.startswith("native.") for k in e["was"])
+        assert evs[0]["was"] == {}
+        assert evs[1]["was"] == {"state": "queued", "native_state": "Q"}
+        assert changes_of(evs[1]) == {"state": ["queued", "running"], "native_state": ["Q", "R"]}
         assert evs[1]["native_changed"] == ["Job_Owner", "job_state"]
-        assert evs[1]["record"]["state"] == "running" and evs[1]["record"]["version"] == 2
+        whole = record_of(evs[1])
+        assert (whole["state"], whole["version"], whole["user"]) == ("running", 2, "alice")
+        assert whole["end_time"] is None and "native" not in whole
     stored = from_hash(r.hgetall(K.job("alice", "1.pbs")))
     assert stored["native"] == {"job_state": "R", "Job_Owner": "x@vm"}
 
@@ -117,6 +129,45 @@ def test_event_version_1_writes_the_events_of_before(r):
     }  # fmt: skip
     assert raw[1] == orjson.dumps(before)
     assert [f[b"event"] for _, f in r.xrange(K.user_events("alice"))] == raw
+
+
+def test_a_reader_gets_the_same_changes_from_either_format(r):
+    """The same life written in format 1 (one site) and format 2 (another):
+    record_of and changes_of read each format-2 event as the format-1 event of
+    the same change less its native record, so the SDK's Change is the same
+    for both; a value that goes away is absent from a format-2 record and null
+    in the whole one."""
+    life = [
+        {},
+        {"comment": "hello", "account": "proj"},
+        {"state": "running", "start_time": "2026-11-21T15:00:03+00:00", "allocated": ["n1"]},
+        {"state": "running", "start_time": "2026-11-21T15:00:03+00:00", "allocated": ["n1"],
+         "account": "proj", "resources_used": {"cput": "00:01:00"}},
+        {"state": "completed", "exit_status": 0, "end_time": "2026-11-21T15:00:05+00:00"},
+    ]  # fmt: skip
+    written = {}
+    for version in (1, 2):
+        site = f"v{version}"
+        a = Applier(r, Settings(event_version=version))
+        for cycle, fields in enumerate(life, 1):
+            rec = job_record("1.pbs", "alice", site=site, **{"state": "queued", **fields})
+            a.apply(Chunk(site, cycle, f"2026-11-21T15:00:{cycle:02d}+00:00", "job", [up(rec)]))
+        written[version] = events(r, SiteKeys(site).events)
+    assert len(written[1]) == len(written[2]) == len(life)
+    for one, two in zip(written[1], written[2], strict=True):
+        assert one["type"] == two["type"]
+        whole = {k: v for k, v in one["record"].items() if k != "native"}
+        assert record_of(two) == {**whole, "site": "v2"}
+        native = {k: v for k, v in one["changes"].items() if k.startswith("native.")}
+        expected = {k: v for k, v in one["changes"].items() if k not in native}
+        if "site" in expected:  # a new event's: each site's own name
+            expected["site"] = [None, "v2"]
+        assert changes_of(two) == expected
+        assert two.get("native_changed", []) == (
+            [] if one["type"] == "new" else sorted(k[len("native.") :] for k in native)
+        )
+    assert "account" not in written[2][2]["record"] and written[2][2]["was"]["account"] == "proj"
+    assert changes_of(written[2][2])["account"] == ["proj", None]
 
 
 def test_nodes_events_leave_native_out_too(r):
@@ -277,7 +328,7 @@ def test_vanished_job_is_finalised_with_reason(r):
     evs = events(r)
     assert [e["type"] for e in evs] == ["new", "final"]
     assert evs[1]["record"]["reason"] == "vanished"
-    assert evs[1]["changes"]["reason"] == [None, "vanished"]
+    assert evs[1]["was"]["reason"] is None
 
 
 def test_a_vanished_job_waits_for_the_older_chunk_in_another_workers_hands(r, caplog):
@@ -455,7 +506,7 @@ def test_a_stored_field_edited_to_garbage_is_written_again_by_the_next_change(r,
     with caplog.at_level(logging.WARNING, logger="jobtap"):
         a.apply(chunk(2, [up(job(state="running", comment="after"))]))
     last = events(r)[-1]
-    assert last["version"] == 2 and last["changes"]["requested"][0] is None
+    assert last["version"] == 2 and last["was"]["requested"] is None
     assert from_hash(r.hgetall(key))["requested"] == job()["requested"]
     assert orjson.loads(r.hget(key, "native")) == job(state="running")["native"]
     assert "a record's requested is not JSON" in caplog.text

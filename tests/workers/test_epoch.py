@@ -14,6 +14,7 @@ import orjson
 from jobtap.contract.chunk import Chunk
 from jobtap.contract.epoch import EpochGuard, new_epoch_name
 from jobtap.entries import xrange_events
+from jobtap.events import changes_of
 from jobtap.keys import SiteKeys
 from jobtap.workers.apply import Applier, Settings
 from jobtap.workers.service import _retired, worker_alive, worker_name
@@ -117,7 +118,7 @@ def test_a_restart_that_kept_everything_still_begins_an_epoch(durable_redis):
     m = meta(r)
     assert (m["epoch_cause"], m["epoch_previous"]) == ("restart", old)
     new = events(r)[len(before) :]
-    assert [(e["type"], e["version"], e["changes"].get("state")) for e in new] == [
+    assert [(e["type"], e["version"], changes_of(e).get("state")) for e in new] == [
         ("state", 1, ["queued", "running"])
     ]
     untouched = r.hgetall(K.job("alice", "2.pbs"))

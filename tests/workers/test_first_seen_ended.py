@@ -31,7 +31,7 @@ def test_a_job_first_seen_ended_gets_new_then_final(r):
     evs = [e for e in events(r) if e["object_id"] == "7.pbs"]
     assert [(e["type"], e["version"]) for e in evs] == [("new", 1), ("final", 2)]
     assert [e["record"]["state"] for e in evs] == ["failed", "failed"]
-    assert evs[1]["record"]["exit_status"] == 3 and evs[1]["changes"] == {}
+    assert evs[1]["record"]["exit_status"] == 3 and evs[1]["was"] == {}
     assert [e["id"] for e in events(r, K.user_events("alice"))][:2] == [e["id"] for e in evs]
     stored = from_hash({k.decode(): v.decode() for k, v in r.hgetall(K.job("alice", "7.pbs"))
                         .items()})  # fmt: skip
