@@ -150,6 +150,11 @@ SIDES: dict[str, Side] = {
     "format 2 + listpack + native_z": Side(
         Settings(), ("hash-max-listpack-value 8192",), applier=ZlibNativeApplier
     ),
+    # the same with stream nodes of 64 KB, not Redis' 4 KB (stream-node-max-bytes):
+    # fewer nodes, so less of each entry's bytes in node headers and the radix tree
+    "format 2 + listpack + 64 KB stream nodes": Side(
+        Settings(), ("hash-max-listpack-value 8192", "stream-node-max-bytes 65536")
+    ),
     # the same with format-2 events as they were before they held each byte once:
     # the whole record less native, and changes ({attr: [old, new]}) in place of was
     "format 2 + listpack + repeating events": Side(
@@ -327,6 +332,7 @@ LABELS = {
     "owner": "owner hash (job -> user)",
     "fingerprints": "fingerprints hash",
     "expiry": "expiry zset",
+    "oldest_finished": "oldest-finished zset",
     "user_jobs": "users' live-job sets",
     "user_finished": "users' finished-job sets",
     "node_index": "node index set",
@@ -634,7 +640,7 @@ def _other_ways(
 # -- printing ----------------------------------------------------------------------------
 ORDER = (
     "events", "user_events", "job live", "job finished", "user_finished", "node", "queue", "owner",
-    "fingerprints", "expiry", "user_jobs", "node_index", "queue_index", "meta",
+    "fingerprints", "expiry", "oldest_finished", "user_jobs", "node_index", "queue_index", "meta",
 )  # fmt: skip
 
 

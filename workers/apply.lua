@@ -8,11 +8,15 @@
 -- hashed by Lua on its way in, so nothing is sent that is not written).
 --
 -- KEYS[1] site events stream, KEYS[2] owner hash, KEYS[3] fingerprints hash,
--- KEYS[4] expiry zset, KEYS[5] meta hash; then four keys per item: object
+-- KEYS[4] expiry zset (before oldest-finished: only drained), KEYS[5] meta
+-- hash, KEYS[6] oldest-finished zset (each user's finished set -> when its
+-- oldest job ended, ms); then four keys per item: object
 -- hash, its index set (user's live jobs, or the node/queue index), its own
 -- stream (user's events, or the site stream again for nodes and queues), its
 -- owner's finished jobs (a sorted set by when they ended, in Redis' time as the
--- streams' ids; the index again for nodes and queues).
+-- streams' ids; the index again for nodes and queues); then the users' finished
+-- sets whose oldest job's hash has expired (the worker read them from
+-- oldest-finished: due_finished in apply.py), to drain.
 --
 -- ARGV: cycle, now_ms, site_maxlen, user_maxlen, ttl_s, min_id, all_channel,
 -- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
@@ -39,7 +43,7 @@ local n = tonumber(ARGV[8])
 local publish = ARGV[14]
 local once = ARGV[15] == '1'
 local FIRST = 16
-local FIRST_KEY = 5
+local FIRST_KEY = 6
 local KEYS_PER_ITEM = 4
 -- per item: op, version, epoch, cycle (the three as read; version '' for an
 -- object not stored), oid, user, channel, event id, event type, event JSON,
@@ -111,10 +115,8 @@ end
 
 -- pass 2: write
 local events = 0
-local touched, user_streams, finished_sets = {}, {}, {}
-local ended_ms
+local touched, user_streams = {}, {}
 local fp_set, fp_del, owners = {}, {}, {}
-local expires_at = math.floor(now_ms / 1000) + ttl
 for i = 1, n do
   local p = starts[i]
   local op, oid, etype, nfields = ARGV[p], ARGV[p + 4], ARGV[p + 8], tonumber(ARGV[p + 13])
@@ -150,16 +152,12 @@ for i = 1, n do
       if ARGV[p + 12] == '1' then
         redis.call('SREM', set, oid)
         redis.call('EXPIRE', key, ttl)
-        redis.call('ZADD', KEYS[4], expires_at, oid)
         if user ~= '' then
           -- scored by its final's own stream id (ms): a reader at a stream
           -- position asks for the jobs that ended at or after it
-          ended_ms = tonumber(string.match(sid, '^%d+'))
+          local ended_ms = tonumber(string.match(sid, '^%d+'))
           redis.call('ZADD', finished, ended_ms, oid)
-          if not touched[finished] then
-            touched[finished] = true
-            finished_sets[#finished_sets + 1] = finished
-          end
+          redis.call('ZADD', KEYS[6], 'NX', ended_ms, finished)
         end
       elseif is_new then
         redis.call('SADD', set, oid)
@@ -204,14 +202,32 @@ if #user_streams > 0 then
   end
 end
 
--- the users' finished jobs, by when they ended: those whose hash has expired
--- leave, and the set goes with the last of them
-for _, finished in ipairs(finished_sets) do
-  redis.call('ZREMRANGEBYSCORE', finished, '-inf', '(' .. (ended_ms - ttl * 1000))
-  redis.call('EXPIRE', finished, ttl)
+-- Finished jobs whose hash has expired (they ended more than the retention
+-- ago) leave their user's finished set, the owner index and the fingerprints.
+-- The users' finished sets are the one index of finished jobs: oldest-finished
+-- says whose oldest job is due, and the set goes with the last job in it.
+local cutoff = now_ms - ttl * 1000
+for k = FIRST_KEY + KEYS_PER_ITEM * n + 1, #KEYS do
+  local finished = KEYS[k]
+  local gone = redis.call('ZRANGEBYSCORE', finished, '-inf', '(' .. cutoff, 'LIMIT', 0, 500)
+  if #gone > 0 then
+    local fps = {}
+    for j, oid in ipairs(gone) do
+      fps[j] = 'job:' .. oid
+    end
+    redis.call('HDEL', KEYS[2], unpack(gone))
+    redis.call('HDEL', KEYS[3], unpack(fps))
+    redis.call('ZREM', finished, unpack(gone))
+  end
+  local oldest = redis.call('ZRANGE', finished, 0, 0, 'WITHSCORES')
+  if oldest[1] then
+    redis.call('ZADD', KEYS[6], oldest[2], finished)
+  else
+    redis.call('ZREM', KEYS[6], finished)
+  end
 end
 
--- finished jobs whose hash has expired: drop them from the owner index
+-- the jobs of the expiry zset, written before oldest-finished: drained
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', math.floor(now_ms / 1000), 'LIMIT', 0, 200)
 for _, oid in ipairs(expired) do
   redis.call('HDEL', KEYS[2], oid)

@@ -259,6 +259,7 @@ class Applier:
         if chunk.site not in self.epochs:
             self.epochs[chunk.site] = self.guard.ensure(keys, chunk.cycle).epoch
         reads = self._read(dest, keys, chunk)
+        due = self._due_finished(dest, keys)  # drained by the first batch sent
         size = self.settings.batch
         totals = {"events": 0, "skipped": 0, "objects": 0, "conflicts": 0}
         pool = dest.writer.connection_pool
@@ -273,6 +274,7 @@ class Applier:
                     self._finish(conn, dest, keys, *in_flight, totals)
                     in_flight = None
                 if plan.items:
+                    plan.due, due = due, []
                     self._send(conn, dest, keys, part, plan)
                     in_flight = (part, plan)
                 else:
@@ -340,7 +342,7 @@ class Applier:
                 else:  # another worker wrote one of these objects: read again
                     totals["conflicts"] += 1
                     time.sleep(0.001)
-                plan = self._plan(keys, part, self._read(dest, keys, part))
+                plan = self._plan(keys, part, self._read(dest, keys, part), plan.due)
                 if not plan.items:
                     totals["skipped"] += plan.skipped
                     return
@@ -397,10 +399,22 @@ class Applier:
             missing = [j for j in missing if owners[j] is None]
         return owners
 
-    def _plan(self, keys: SiteKeys, chunk: Chunk, reads: list[tuple]) -> _Plan:
+    def _due_finished(self, dest: Destination, keys: SiteKeys) -> list[str]:
+        """The users' finished sets whose oldest job's hash has expired (ended
+        more than the retention ago), a few a chunk: the script drains them
+        (apply.lua), and with them the owner index and the fingerprints."""
+        cutoff = int(time.time() * 1000) - self.settings.retention * 1000
+        due = dest.reader.zrangebyscore(keys.oldest_finished, "-inf", f"({cutoff}", 0, 4)
+        return [_s(key) for key in due]
+
+    def _plan(
+        self, keys: SiteKeys, chunk: Chunk, reads: list[tuple], due: list[str] | None = None
+    ) -> _Plan:
         """The batch's writes and events, made for the epoch the worker believes
-        in now; the plan keeps that epoch, which the script is sent with."""
+        in now; the plan keeps that epoch, which the script is sent with, and the
+        finished sets it drains (``due``)."""
         plan = _Plan(self.epochs[keys.site])
+        plan.due = due or []
         for it, user, okey, stored in reads:
             if okey is None or _stale(chunk, it, stored):  # nothing to do for this one
                 plan.skipped += 1
@@ -514,7 +528,8 @@ class Applier:
         s = self.settings
         now_ms = int(time.time() * 1000)
         min_id = f"{now_ms - s.max_age * 1000}-0" if s.max_age else ""
-        kargs = [keys.events, keys.owner, keys.fingerprints, keys.expiry, keys.meta]
+        kargs = [keys.events, keys.owner, keys.fingerprints, keys.expiry, keys.meta,
+                 keys.oldest_finished]  # fmt: skip
         argv: list[Any] = [
             chunk.cycle,
             now_ms,
@@ -532,6 +547,7 @@ class Applier:
         for item in plan.items:
             kargs += item.keys()
             argv += item.argv()
+        kargs += plan.due  # last of the keys: the finished sets to drain
         argv.append(chunk.lease)  # last: the lease fence (the lease fence, jobtap.contract.lease)
         return kargs, argv
 
@@ -595,6 +611,7 @@ class _Plan:
         self.epoch = epoch
         self.items: list[_ObjectWrite] = []
         self.skipped = 0
+        self.due: list[str] = []  # users' finished sets to drain (Applier._due_finished)
 
     def add(self, item: _ObjectWrite) -> None:
         self.items.append(item)

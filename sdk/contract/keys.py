@@ -90,7 +90,13 @@ class SiteKeys:
         self.health_channel = f"{self.base}:health"
         # Internal bookkeeping (not part of the reader contract).
         self.fingerprints = f"{self.base}:fingerprints"  # hash kind:id -> "fp state"
-        self.expiry = f"{self.base}:expiry"  # zset job id -> time its hash expires
+        # zset: each user's finished set (its key) -> when the oldest job in it
+        # ended (ms): whose finished jobs' hashes have expired, for the workers to
+        # drop them from the owner index, the fingerprints and the set
+        self.oldest_finished = f"{self.base}:oldest-finished"
+        # zset job id -> time its hash expires: written before oldest_finished, and
+        # only drained now (a site's jobs that finished before the upgrade)
+        self.expiry = f"{self.base}:expiry"
         self.node_index = f"{self.base}:nodes"  # set of node names
         self.queue_index = f"{self.base}:queues"  # set of queue names
         self.pokes = f"{self.base}:pokes"  # stream of "job X just changed" (follow mode)

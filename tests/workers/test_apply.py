@@ -487,11 +487,48 @@ def test_a_final_puts_the_job_in_its_users_finished_set_for_the_retention(r):
     assert ended == pytest.approx(seconds * 1000 + micros // 1000, abs=5000)
     assert ended <= int(r.xrange(K.user_events("alice"))[-1][0].split(b"-")[0])
     assert r.zrange(finished, 0, -1) == [b"1.pbs"]  # 2.pbs is live
-    assert 0 < r.ttl(finished) <= 600  # the set goes with the last job in it
-    # a job that ended more than the retention ago leaves at the next final of its user
-    r.zadd(finished, {"1.pbs": ended - 601_000})
+    # the site's index of the users' finished sets, by when the oldest in each ended
+    assert r.zrange(K.oldest_finished, 0, -1, withscores=True) == [(finished.encode(), ended)]
     a.apply(chunk(3, [up(job(jid="2.pbs", state="failed", exit_status=1))]))
+    assert r.zrange(finished, 0, -1) == [b"1.pbs", b"2.pbs"]
+    assert r.zscore(K.oldest_finished, finished) == ended  # still the oldest's
+
+
+def _ended_long_ago(r, user: str, job_id: str, retention: int) -> None:
+    """Move ``job_id``'s end in ``user``'s finished set (and the set's oldest, in
+    oldest-finished) to more than ``retention`` seconds ago: what time does."""
+    finished = K.user_finished(user)
+    long_ago = r.zscore(finished, job_id) - retention * 1000 - 1000
+    r.zadd(finished, {job_id: long_ago})
+    r.zadd(K.oldest_finished, {finished: min(long_ago, r.zscore(K.oldest_finished, finished))})
+
+
+def test_a_job_whose_hash_expired_leaves_the_indexes_at_the_next_chunk(r):
+    """A finished job that ended more than the retention ago (its hash has
+    expired) leaves its user's finished set, the owner index and the
+    fingerprints at the next chunk the site's workers apply, whoever's it is;
+    the set, and its entry in oldest-finished, go with the last job in it.  The
+    expiry zset, written before oldest-finished, is drained the same way."""
+    a = Applier(r, Settings(retention=600))
+    a.apply(chunk(1, [up(job()), up(job(jid="2.pbs")), up(job(jid="3.pbs", user="bob"))]))
+    done = [up(job(state="completed", exit_status=0)),
+            up(job(jid="2.pbs", state="completed", exit_status=0))]  # fmt: skip
+    a.apply(chunk(2, done))
+    assert r.hexists(K.fingerprints, "job:1.pbs") and r.hget(K.owner, "1.pbs") == b"alice"
+    r.zadd(K.expiry, {"0.pbs": 1})  # a job that finished before the upgrade
+    r.hset(K.owner, "0.pbs", "carol")
+    finished = K.user_finished("alice")
+    _ended_long_ago(r, "alice", "1.pbs", 600)
+    a.apply(chunk(3, [up(job(jid="3.pbs", user="bob", comment="bob's"))]))
     assert r.zrange(finished, 0, -1) == [b"2.pbs"]
+    assert r.hget(K.owner, "1.pbs") is None and not r.hexists(K.fingerprints, "job:1.pbs")
+    assert r.hget(K.owner, "2.pbs") == b"alice" and r.hexists(K.fingerprints, "job:2.pbs")
+    assert r.zscore(K.oldest_finished, finished) == r.zscore(finished, "2.pbs")
+    assert r.hget(K.owner, "0.pbs") is None and not r.exists(K.expiry)
+    _ended_long_ago(r, "alice", "2.pbs", 600)
+    a.apply(chunk(4, [up(job(jid="3.pbs", user="bob", comment="bob's again"))]))
+    assert not r.exists(finished) and not r.exists(K.oldest_finished)
+    assert r.hget(K.owner, "2.pbs") is None and r.hget(K.owner, "3.pbs") == b"bob"
 
 
 def test_a_stored_field_edited_to_garbage_is_written_again_by_the_next_change(r, caplog):
