@@ -35,7 +35,7 @@ import orjson
 
 from . import events as ev
 from .events import INITIAL, RESYNC
-from .schema import JOB, NODE, QUEUE, TERMINAL
+from .schema import BOOKKEEPING, JOB, NODE, QUEUE, TERMINAL
 from .schema import from_hash as decode_hash
 
 __all__ = ["INITIAL", "RESYNC", "Change", "Job", "Missed", "Node", "Queue", "Record"]
@@ -244,9 +244,6 @@ def natural_key(text: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
 
 
-_BOOKKEEPING = frozenset({"cycle", "final", "epoch"})
-
-
 @dataclass(frozen=True, slots=True)
 class Missed:
     """What a subscription skipped of one object when it caught up by state
@@ -356,7 +353,7 @@ class Change:
             "observed_at": record.get("updated_at"),
             "event_version": ev.EVENT_VERSION,
             "was": {},
-            "record": ev.lean_record({k: v for k, v in record.items() if k not in _BOOKKEEPING}),
+            "record": ev.lean_record({k: v for k, v in record.items() if k not in BOOKKEEPING}),
         }
         return cls(eid, etype, version, event=event, final=final)
 

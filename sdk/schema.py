@@ -2,7 +2,8 @@
 the scheduler.  Writers encode records into Redis hashes with :func:`to_hash`;
 readers decode them with :func:`from_hash`.  Hash values are plain strings so
 that ``redis-cli HGETALL`` shows readable data: integers as decimal, lists and
-dicts as JSON, a missing value as the empty string.  One exception: a finished
+dicts as JSON, a missing value as the empty string, or as no field at all (a
+new object's fields without a value are not written).  One exception: a finished
 job's native record, which nothing diffs again and few read, is kept packed
 (:mod:`jobtap.packing`).
 """

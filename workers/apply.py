@@ -84,6 +84,7 @@ from jobtap.keys import SiteKeys
 from jobtap.packing import PRIMED_NATIVE, pack_native
 from jobtap.schema import (
     BOOKKEEPING,
+    FIELDS,
     JOB,
     NODE,
     TERMINAL,
@@ -657,7 +658,9 @@ def _new_record(chunk: Chunk, it: Item, stored: dict[str, str]) -> tuple[dict, d
     if it["op"] == UPSERT:
         record = dict(it["record"])
         return to_hash(record), record
-    new = {f: v for f, v in stored.items() if f not in BOOKKEEPING}
+    # every field of the kind: a hash leaves out those that never had a value
+    new = dict.fromkeys(FIELDS[chunk.kind], "")
+    new.update((f, v) for f, v in stored.items() if f not in BOOKKEEPING)
     if it["op"] == VANISHED:
         new.update(state=UNKNOWN, reason="vanished", end_time=chunk.observed_at)
     return new, from_hash(new)
@@ -682,14 +685,14 @@ def _fields_to_write(
     version: int,
     final: bool,
 ) -> dict[str, str]:
-    """Only what changed (a new object: everything) plus the bookkeeping."""
+    """Only what changed (a new object: every field with a value) plus the bookkeeping."""
     if op == REMOVE:
         return {}
     if stored:
         native_changed = any(k.startswith("native") for k in changes)
         fields = {f: new[f] for f in new if f in changes or (f == "native" and native_changed)}
-    else:
-        fields = dict(new)
+    else:  # a new object: its fields without a value are not written (absent reads as empty)
+        fields = {f: v for f, v in new.items() if v != ""}
     fields["version"] = str(version)
     fields["updated_at"] = chunk.observed_at
     fields["cycle"] = str(chunk.cycle)

@@ -21,7 +21,7 @@ from jobtap.packing import (
     pack_zlib,
     unpack_native,
 )
-from jobtap.schema import decode_value, from_hash
+from jobtap.schema import JOB_FIELDS, decode_value, from_hash
 from jobtap.workers.apply import Applier, Settings
 from sim.rig.paths import fixtures_dir
 from sim.rig.records import job_record, node_record
@@ -319,6 +319,28 @@ def test_nothing_after_final(r):
     a.apply(chunk(2, [up(job(state="running"))]))
     a.apply(chunk(3, [{"op": "vanished", "id": "1.pbs"}]))
     assert [e["type"] for e in events(r)] == ["new", "final"]  # first seen ended: both
+
+
+def test_a_new_objects_fields_without_a_value_are_not_written(r):
+    """A field that is absent reads as empty: a new job's hash leaves out its
+    fields without a value; one that gains a value later is written, one that
+    loses it again is kept empty; a vanished job's final, made from the hash,
+    has every field (a format-1 event's record too)."""
+    a = Applier(r, Settings(event_version=1, vanished_wait=0.1))
+    a.apply(chunk(1, [up(job(account=None))]))
+    key = K.job("alice", "1.pbs")
+    stored = r.hgetall(key)
+    assert not {b"account", b"comment", b"end_time", b"array_parent"} & stored.keys()
+    assert {b"id", b"user", b"state", b"requested", b"native"} <= stored.keys()
+    assert from_hash(stored).get("comment") is None
+    a.apply(chunk(2, [up(job(account="proj"))]))
+    assert r.hget(key, "account") == b"proj"
+    a.apply(chunk(3, [up(job(account=None))]))
+    assert r.hget(key, "account") == b""
+    a.apply(chunk(4, [{"op": "vanished", "id": "1.pbs"}]))
+    final = events(r)[-1]
+    assert final["type"] == "final" and set(final["record"]) == set(JOB_FIELDS)
+    assert final["record"]["comment"] is None and final["record"]["reason"] == "vanished"
 
 
 def test_vanished_job_is_finalised_with_reason(r):
