@@ -16,7 +16,7 @@
 -- owner's finished jobs (a sorted set by when they ended, in Redis' time as the
 -- streams' ids; the index again for nodes and queues); then the users' finished
 -- sets whose oldest job's hash has expired (the worker read them from
--- oldest-finished: due_finished in apply.py), to drain.
+-- oldest-finished: Applier._due_finished), to drain.
 --
 -- ARGV: cycle, now_ms, site_maxlen, user_maxlen, ttl_s, min_id, all_channel,
 -- n_items, the epoch the events were made for, then ensure_epoch's owner flag,
