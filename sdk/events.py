@@ -150,14 +150,18 @@ def changes_of(event: Mapping[str, Any]) -> dict[str, list[Any]]:
     """``{attr: [old, new]}`` of ``event``, of either format: format 1's
     ``changes``; format 2's ``was`` with the new values from its record (a
     ``new`` event: every field with a value, ``[None, value]``, as format 1 has
-    them)."""
+    them: an empty string is no value there either)."""
     was: dict[str, Any] | None = event.get("was")
     if was is None:
         changes: dict[str, list[Any]] = event.get("changes") or {}
         return changes
     record = record_of(event)
     if event.get("type") == NEW:
-        return {f: [None, v] for f, v in record.items() if v is not None and f not in BOOKKEEPING}
+        return {
+            f: [None, v]
+            for f, v in record.items()
+            if v is not None and v != "" and f not in BOOKKEEPING
+        }
     return {f: [old, record.get(f)] for f, old in was.items()}
 
 

@@ -138,7 +138,7 @@ def test_a_reader_gets_the_same_changes_from_either_format(r):
     for both; a value that goes away is absent from a format-2 record and null
     in the whole one."""
     life = [
-        {},
+        {"comment": ""},  # a new job's empty string: no change in either format
         {"comment": "hello", "account": "proj"},
         {"state": "running", "start_time": "2026-11-21T15:00:03+00:00", "allocated": ["n1"]},
         {"state": "running", "start_time": "2026-11-21T15:00:03+00:00", "allocated": ["n1"],
