@@ -137,12 +137,9 @@ def record_of(event: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = dict.fromkeys(FIELDS.get(kind, ()))
     out.pop("native", None)
     out.update(record)
-    out["id"] = event.get("object_id")
-    out["site"] = event.get("site")
-    out["version"] = event.get("version")
-    out["updated_at"] = event.get("observed_at")
-    if kind == JOB:
-        out["user"] = event.get("user")
+    for name, key in ENVELOPE.items():
+        if name != "user" or kind == JOB:
+            out[name] = event.get(key)
     return out
 
 

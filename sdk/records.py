@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, Self, Union
+from typing import Any, ClassVar, Self, Union, cast
 
 import orjson
 
@@ -338,24 +338,15 @@ class Change:
         """An ``initial`` or ``resync`` change from a decoded hash: an event of
         the format workers write by default (no ``native``, no bookkeeping)."""
         version = int(record.get("version") or 0)
-        oid = str(record.get("id"))
-        epoch = str(record.get("epoch") or "")
-        eid = ev.event_id(site, epoch, kind, oid, version)
-        event: dict[str, Any] = {
-            "id": eid,
-            "site": site,
-            "epoch": epoch,
-            "kind": kind,
-            "type": etype,
-            "object_id": oid,
-            "user": record.get("user") if kind == JOB else None,
-            "version": version,
-            "observed_at": record.get("updated_at"),
-            "event_version": ev.EVENT_VERSION,
-            "was": {},
-            "record": ev.lean_record({k: v for k, v in record.items() if k not in BOOKKEEPING}),
-        }
-        return cls(eid, etype, version, event=event, final=final)
+        event: dict[str, Any] = dict(
+            ev.make_event(
+                site=site, epoch=str(record.get("epoch") or ""), kind=kind, type=etype,
+                object_id=str(record.get("id")), user=record.get("user") if kind == JOB else None,
+                version=version, observed_at=cast(str, record.get("updated_at")), changes={},
+                record={k: v for k, v in record.items() if k not in BOOKKEEPING},
+            )
+        )  # fmt: skip
+        return cls(event["id"], etype, version, event=event, final=final)
 
     # -- lazy views -------------------------------------------------------------------------
     @property

@@ -22,7 +22,6 @@ from jobtap.collector.backends.base import StatError
 from jobtap.collector.backends.slurm import SlurmBackend, parse_sdiag_rpcs
 from jobtap.collector.cycle import Collector
 from jobtap.collector.service import CollectorService
-from jobtap.events import record_of
 from jobtap.keys import SiteKeys
 from jobtap.schema import TERMINAL
 from sim.rig.paths import ROOT
@@ -364,7 +363,7 @@ class Harness:
         """The job's observed states, consecutive repeats folded."""
         out: list[str] = []
         for e in self.events(job_id):
-            state = record_of(e)["state"]
+            state = e["record"]["state"]
             if not out or out[-1] != state:
                 out.append(state)
         return out
@@ -380,7 +379,7 @@ class Harness:
     def summary(self) -> dict[str, list]:
         out: dict[str, list] = {}
         for e in self.events():
-            rec = record_of(e)
+            rec = e["record"]
             out.setdefault(e["object_id"], []).append(
                 (e["type"], rec["state"], rec["exit_status"], rec["reason"])
             )
