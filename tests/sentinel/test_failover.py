@@ -77,6 +77,9 @@ def test_queue_primary_killed_mid_burst(sentinel, queues, redis_server, r, monke
         for _ in range(BEFORE):
             site.cycle_until_done()
         eventually(lambda: drained_now(queues, names), timeout=30, what="the pool at work")
+        # every worker up before the kill: one still starting would meet a dead
+        # primary in its start-up check, and exit with a one-line error
+        eventually(lambda: pool.serving(queues), timeout=30, what="every worker serving")
         site.cycle_until_done()  # this cycle's chunks are being applied when the primary dies
         doomed = sentinel.kill_primary()
         killed_at = time.monotonic()

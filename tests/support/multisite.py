@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from rq import Queue
+from rq import Queue, Worker
 
 import jobtap
 from jobtap.collector.cycle import Collector
@@ -92,6 +92,12 @@ class WorkerPool:
 
     def alive(self) -> bool:
         return all(p.poll() is None for p in self.procs)
+
+    def serving(self, queues) -> bool:
+        """Whether every process has an rq worker registered on ``queues`` (its
+        name holds the pid): started, past its own check of the queue Redis."""
+        names = [w.name for w in Worker.all(connection=queues)]
+        return all(any(f".{p.pid}." in name for name in names) for p in self.procs)
 
 
 def drained(queues, sites) -> bool:
