@@ -50,6 +50,9 @@ def test_primary_killed_mid_burst(cluster, redis_server, r, monkeypatch, tmp_pat
             for s in sites:
                 s.cycle_until_done()
         eventually(lambda: drained(r, names), timeout=60, what="the pool at work")
+        # every worker up before the kill: one still starting would meet a dead
+        # primary in its start-up check of the cluster, and exit with a one-line error
+        eventually(lambda: pool.serving(r), timeout=30, what="every worker serving")
         for s in sites:  # this cycle's chunks are being applied when the primary dies
             s.cycle_until_done()
         cluster.kill(doomed)
