@@ -46,7 +46,13 @@ commandstats`` per change (the script's own commands counted inside
 ``evalsha``'s time too), then Redis' CPU for parts of that work sent on their
 own: the reads (HGETALL of every record), the scripts' arguments handed to a
 script that does nothing (what bringing them into Lua costs), and a round
-applied in full.
+applied in full; and the floor: the own time inside Redis of the read and the
+writes each change needs (HGETALL, HSET, XADD, PUBLISH), which no write path
+that keeps the contract goes below.  Then where the worker's CPU goes in that
+round: each of its C libraries' parts (orjson decoding the chunks, hiredis
+parsing the records read back, orjson on the native records and the events,
+hiredis packing the scripts' arguments) done again on its own on the same data,
+and the rest, the worker's Python.
 
 ``--redis-config "NAME VALUE"`` (repeatable): every redis-server the bench starts runs
 with that directive too (as a redis.conf line says it).  ``--config-side "NAME VALUE"``
@@ -78,6 +84,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from hiredis import pack_command
 
 from jobtap.collector.backends.pbs import normalise_job
 from jobtap.collector.ship import Shipper, chunked
@@ -408,7 +415,7 @@ def profile(natives, chunk: int, server_args: list[str]) -> None:
         reads_us = cpu_of(lambda p: [p.hgetall(k) for k in okeys])
         args_us = cpu_of(lambda p: [p.evalsha(noop, len(k), *k, *a) for k, a in calls])
         r.config_resetstat()
-        _, _, full_us = apply_round(applier, natives, chunk, 2, r)
+        _, worker_rate, full_us = apply_round(applier, natives, chunk, 2, r)
         stats = r.info("commandstats")
 
         def plain(p) -> None:  # the same check and writes without a script (and unchecked)
@@ -425,6 +432,8 @@ def profile(natives, chunk: int, server_args: list[str]) -> None:
                     p.publish(keys.all_channel, item.json)
 
         plain_us = cpu_of(plain)
+        worker_us = 1e6 / worker_rate
+        library_us = library_costs(applier, keys, dest, natives, chunk, calls)
     finally:
         server.stop()
     print(f"jobs: {n:,}, chunk size: {chunk}, batches of {applier.settings.batch}; a round of "
@@ -442,6 +451,66 @@ def profile(natives, chunk: int, server_args: list[str]) -> None:
     print(f"  its script arguments alone, to a script doing nothing: {args_us:6.1f} µs")
     print(f"  its writes as plain pipelined commands (HMGET, HSET, 2 XADD, 2 PUBLISH; no"
           f" script, nothing checked): {plain_us:.1f} µs")  # fmt: skip
+    needed = sum(float(st["usec"]) for name, st in stats.items()
+                 if name.removeprefix("cmdstat_") in CHANGE_COMMANDS) / n  # fmt: skip
+    print(f"  the floor: the read and the writes each change needs, their own time inside "
+          f"Redis (no script, no check, no network; commandstats of "
+          f"{', '.join(c.upper() for c in CHANGE_COMMANDS)}): {needed:.1f} µs")  # fmt: skip
+    print(f"Worker CPU per change in that round: {worker_us:.1f} µs; of it, the same work "
+          f"done again by the C libraries alone, on the same data:")  # fmt: skip
+    for what, us in library_us.items():
+        print(f"  {what:<58} {us:6.1f} µs")
+    rest = worker_us - sum(library_us.values())
+    print(f"  {'the C libraries together':<58} {sum(library_us.values()):6.1f} µs")
+    print(f"  {'the rest: the diff, the events, the bookkeeping (Python)':<58} {rest:6.1f} µs")
+
+
+# The read a change's diff needs and the writes the contract asks of it (the hash,
+# the site's and the user's streams, the user's and the site's channels): what
+# any write path that keeps today's contract runs for each change, whatever
+# checks it before writing (apply.lua: HMGET).
+CHANGE_COMMANDS = ("hgetall", "hset", "xadd", "publish")
+
+
+def library_costs(applier, keys, dest, natives, chunk: int, calls) -> dict[str, float]:
+    """CPU µs per change that the worker's C libraries take for round 3's work,
+    each part done again on its own: orjson decoding the chunks, hiredis
+    parsing the records read back (with the dicts made of them), orjson
+    encoding and decoding the native records (the new one for the hash, the
+    stored one for the diff), orjson encoding the events, hiredis packing the
+    scripts' arguments."""
+    items = records_for_round(natives, 2)
+    payloads = [
+        Chunk(SITE, 3, "2026-11-21T15:00:00+00:00", "job", list(part)).encode()
+        for part in chunked(items, chunk)
+    ]
+    okeys = [keys.job(it["record"]["user"], it["id"]) for it in items]
+    stored = dest.read_hashes(okeys)
+    natives_new = [it["record"]["native"] for it in items]
+    natives_stored = [h["native"] for h in stored]
+    events = [orjson.loads(a) for _, argv in calls for a in argv if isinstance(a, bytes)]
+
+    def cpu(work: Callable[[Any], Any], over: list) -> float:
+        """CPU µs per change of ``work`` on each of ``over``, whose results are
+        dropped as they come, as the worker drops a chunk's (a list of them
+        would make the run pay for growing the heap)."""
+        c0 = time.process_time()
+        for x in over:
+            work(x)
+        return 1e6 * (time.process_time() - c0) / len(items)
+
+    per_chunk = [okeys[i : i + chunk] for i in range(0, len(okeys), chunk)]
+    return {
+        "decoding the chunks (orjson)": cpu(Chunk.decode, payloads),
+        "reading the records back (hiredis, the dicts)": cpu(dest.read_hashes, per_chunk),
+        "encoding the new native records (orjson)": cpu(orjson.dumps, natives_new),
+        "decoding the stored native records (orjson)": cpu(orjson.loads, natives_stored),
+        "encoding the events (orjson)": cpu(orjson.dumps, events),
+        "packing the scripts' arguments (hiredis)": cpu(
+            lambda call: pack_command(("EVALSHA", "0" * 40, len(call[0]), *call[0], *call[1])),
+            calls,
+        ),
+    }
 
 
 def main() -> None:
