@@ -144,18 +144,23 @@ def apply_round(applier, natives, chunk: int, rnd: int, r=None) -> tuple[float, 
     """Apply round ``rnd`` (cycle ``rnd + 1``) directly; return objects per second
     of wall time and of this process's CPU time, and Redis' CPU µs per object
     (if ``r``, the applier's Redis, is given; else 0)."""
-    items = records_for_round(natives, rnd)
-    payloads = [
-        Chunk(SITE, rnd + 1, "2026-11-21T15:00:00+00:00", "job", list(part)).encode()
-        for part in chunked(items, chunk)
-    ]
+    payloads = round_payloads(natives, chunk, rnd)
     s0 = redis_cpu(r) if r is not None else 0.0
     t0, c0 = time.perf_counter(), time.process_time()
     for p in payloads:
         applier.apply(Chunk.decode(p))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    server_us = 1e6 * (redis_cpu(r) - s0) / len(items) if r is not None else 0.0
-    return len(items) / wall, len(items) / cpu, server_us
+    n = len(natives)
+    server_us = 1e6 * (redis_cpu(r) - s0) / n if r is not None else 0.0
+    return n / wall, n / cpu, server_us
+
+
+def round_payloads(natives, chunk: int, rnd: int) -> list[bytes]:
+    """The chunks (encoded, as the collector ships them) of round ``rnd``, cycle ``rnd + 1``."""
+    return [
+        Chunk(SITE, rnd + 1, "2026-11-21T15:00:00+00:00", "job", list(part)).encode()
+        for part in chunked(records_for_round(natives, rnd), chunk)
+    ]
 
 
 def bench_direct(r, natives, chunk: int, rounds: int, metrics: bool) -> list[tuple[float, float]]:
@@ -392,8 +397,8 @@ def profile(natives, chunk: int, server_args: list[str]) -> None:
         # the script calls of round 3, planned but not sent
         dest = applier.destinations.for_site(keys)
         calls, plans, okeys, events, arg_bytes = [], [], [], 0, 0
-        for part in chunked(records_for_round(natives, 2), chunk):
-            c = Chunk(SITE, 3, "2026-11-21T15:00:00+00:00", "job", list(part))
+        for payload in round_payloads(natives, chunk, 2):
+            c = Chunk.decode(payload)
             reads = applier._read(dest, keys, c)
             okeys += [okey for _, _, okey, _ in reads]
             for b in range(0, len(reads), applier.settings.batch):
@@ -484,10 +489,7 @@ def library_costs(applier, keys, dest, natives, chunk: int, calls) -> dict[str, 
     stored one for the diff), orjson encoding the events, hiredis packing the
     scripts' arguments."""
     items = records_for_round(natives, 2)
-    payloads = [
-        Chunk(SITE, 3, "2026-11-21T15:00:00+00:00", "job", list(part)).encode()
-        for part in chunked(items, chunk)
-    ]
+    payloads = round_payloads(natives, chunk, 2)
     okeys = [keys.job(it["record"]["user"], it["id"]) for it in items]
     stored = dest.read_hashes(okeys)
     natives_new = [it["record"]["native"] for it in items]

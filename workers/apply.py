@@ -343,7 +343,9 @@ class Applier:
                 else:  # another worker wrote one of these objects: read again
                     totals["conflicts"] += 1
                     time.sleep(0.001)
-                plan = self._plan(keys, part, self._read(dest, keys, part), plan.due)
+                due = plan.due  # the retry drains what the refused batch was to
+                plan = self._plan(keys, part, self._read(dest, keys, part))
+                plan.due = due
                 if not plan.items:
                     totals["skipped"] += plan.skipped
                     return
@@ -408,14 +410,10 @@ class Applier:
         due = dest.reader.zrangebyscore(keys.oldest_finished, "-inf", f"({cutoff}", 0, 4)
         return [_s(key) for key in due]
 
-    def _plan(
-        self, keys: SiteKeys, chunk: Chunk, reads: list[tuple], due: list[str] | None = None
-    ) -> _Plan:
+    def _plan(self, keys: SiteKeys, chunk: Chunk, reads: list[tuple]) -> _Plan:
         """The batch's writes and events, made for the epoch the worker believes
-        in now; the plan keeps that epoch, which the script is sent with, and the
-        finished sets it drains (``due``)."""
+        in now; the plan keeps that epoch, which the script is sent with."""
         plan = _Plan(self.epochs[keys.site])
-        plan.due = due or []
         for it, user, okey, stored in reads:
             if okey is None or _stale(chunk, it, stored):  # nothing to do for this one
                 plan.skipped += 1
